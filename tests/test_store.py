@@ -1,0 +1,71 @@
+"""Records store: durability rules, foreign files, events."""
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from workbench.errors import WorkbenchError
+from workbench.store import RecordStore
+
+
+def _session(store):
+    return store.create_session(workload="w", spec={"name": "w"}, target={"kind": "llvm"}, preset="quick",
+                                preset_params={}, seed=0, trials=4, strategies=["no-rewrite"], strategy_arg="auto",
+                                versions={})
+
+
+def _rec(sid, trial, lat=1.0, err=None):
+    return {"session_id": sid, "workload": "w", "trial": trial, "round": 1, "strategy": "no-rewrite",
+            "chosen_by": "controller", "trace": "{}", "decisions": "[]", "mod_hash": f"h{trial}",
+            "predicted_score": 0.5, "run_secs": [lat / 1e3], "latency_ms": None if err else lat, "gflops": 1.0,
+            "error_class": err, "error_msg": None, "verified": err is None, "is_best": False, "seed": 0,
+            "proposed_at": 0.0, "measured_at": 0.0, "elapsed_s": float(trial)}
+
+
+def test_records_round_trip_with_features(tmp_path):
+    s = RecordStore(str(tmp_path / "a.db"))
+    sid = _session(s)
+    f = np.arange(12, dtype=np.float32).reshape(2, 6)
+    rid = s.add_record(_rec(sid, 1, 2.0), f)
+    s.add_record(_rec(sid, 2, err="build-error"), None)
+    r = s.record(rid)
+    assert np.array_equal(r["features"], f) and r["run_secs"] == [0.002]
+    df = RecordStore(str(tmp_path / "a.db"), readonly=True).records(session_id=sid)
+    assert list(df["trial"]) == [1, 2] and df["verified"].tolist() == [True, False]
+    summ = s.summary()
+    assert summ["measured"] == 2 and summ["errors"] == 1 and summ["workloads"]["w"]["best_latency_ms"] == 2.0
+    s.add_event(sid, "paused", 1.0, 1.0, {"trials_done": 2})
+    assert s.events(sid)[0]["data"] == {"trials_done": 2}
+
+
+def test_wal_and_durable_settings(tmp_path):
+    s = RecordStore(str(tmp_path / "a.db"))
+    assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert s.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_rejects_foreign_and_corrupt_files(tmp_path):
+    p = tmp_path / "text.db"
+    p.write_text("hello")
+    with pytest.raises(WorkbenchError, match="not an SQLite file"):
+        RecordStore(str(p))
+    other = tmp_path / "other.db"
+    c = sqlite3.connect(other)
+    c.execute("CREATE TABLE t(x)")
+    c.commit()
+    c.close()
+    with pytest.raises(WorkbenchError, match="not a workbench records store"):
+        RecordStore(str(other))
+    with pytest.raises(WorkbenchError, match="does not exist"):
+        RecordStore(str(tmp_path / "nope.db"), readonly=True)
+    with pytest.raises(WorkbenchError, match="directory"):
+        RecordStore(str(tmp_path / "no" / "dir.db"))
+    bad = tmp_path / "trunc.db"
+    good = RecordStore(str(bad))
+    _session(good)
+    good.close()
+    data = bad.read_bytes()
+    bad.write_bytes(data[:100] + b"\x00" * 50 + data[150:1000])
+    with pytest.raises(WorkbenchError):
+        RecordStore(str(bad)).sessions()

@@ -1,0 +1,293 @@
+"""The ``workbench`` command line.
+
+User mistakes (unknown workload, bad spec, bad target, unreadable store...)
+print one line on stderr and exit with code 2; with ``--json`` the last line of
+stdout is a single JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from .errors import WorkbenchError
+
+EXIT_USER = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        sys.stderr.write(f"workbench: error: {message} (see 'workbench {self.prog.split()[-1]} --help')\n"
+                         if " " in self.prog else f"workbench: error: {message} (see 'workbench --help')\n")
+        sys.exit(EXIT_USER)
+
+
+def _positive(v):
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v!r} must be at least 1")
+    return n
+
+
+def _int(v):
+    try:
+        return int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="workbench", description="Auto-schedule tensor programs on TVM (Ansor-style search).")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    w = sub.add_parser("workloads", help="list the registered workloads and networks")
+    w.add_argument("--json", action="store_true")
+
+    t = sub.add_parser("tune", help="tune one workload")
+    t.add_argument("workload", nargs="?", help="a registered workload name (see 'workbench workloads')")
+    t.add_argument("--spec", help="a JSON file with one workload spec (or a list; pick one with --workload)")
+    t.add_argument("--workload", dest="pick", help="which workload of a --spec list to tune")
+    t.add_argument("--trials", type=_positive, default=None, help="trial budget (default 64; with --resume, the stored budget)")
+    t.add_argument("--preset", default="quick", help="quick (2-core sized) or faithful (Ansor's defaults)")
+    t.add_argument("--seed", type=_int, default=0)
+    t.add_argument("--db", default="workbench.db", help="records store (SQLite), created if missing")
+    t.add_argument("--resume", action="store_true", help="continue the latest session of this workload in --db")
+    t.add_argument("--target", default="host", help="'host' or a JSON object, e.g. '{\"kind\":\"llvm\",\"mcpu\":\"znver4\"}'")
+    t.add_argument("--strategy", default="auto", help="auto | all | NAME[,NAME...] of no-rewrite, transform-stage, pre-transformed")
+    t.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    s = sub.add_parser("show", help="summarise a records store")
+    s.add_argument("db")
+    s.add_argument("--json", action="store_true")
+
+    b = sub.add_parser("best", help="the best verified program of a workload in a store")
+    b.add_argument("db")
+    b.add_argument("workload")
+    b.add_argument("--tir", action="store_true", help="also print the program as TVMScript")
+    b.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("export", help="export a store to a MetaSchedule JSONDatabase directory")
+    e.add_argument("db")
+    e.add_argument("--metaschedule", required=True, metavar="DIR")
+
+    i = sub.add_parser("import", help="import tuning records from a MetaSchedule JSONDatabase directory")
+    i.add_argument("dir", help="the MetaSchedule work_dir (database_workload.json, database_tuning_record.json)")
+    i.add_argument("--db", required=True, help="records store to import into")
+    i.add_argument("--workload", required=True, help="registered workload name (or --spec) the records are for")
+    i.add_argument("--spec", help="a JSON spec file defining the workload")
+    return p
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_workloads(args) -> int:
+    from .workloads import registry
+
+    reg = registry()
+    if args.json:
+        print(json.dumps({"workloads": [dict(w.spec(), flops=w.flops, reference=w.reference_kind,
+                                             source=w.source) for w in reg.workloads.values()],
+                          "networks": {k: [w.name for w in v] for k, v in reg.networks.items()}}))
+        return 0
+    for suite, names in reg.suites.items():
+        print(f"# {suite}")
+        for n in names:
+            w = reg.workloads[n]
+            weight = f" x{w.weight}" if w.weight != 1 else ""
+            print(f"  {n:32s} {w.op:22s} {w.describe()}{weight}  [reference: {w.reference_kind}]")
+    print(f"# networks: {', '.join(sorted(reg.networks))}")
+    return 0
+
+
+def _resolve_tune_workload(args):
+    from .workloads import load_spec_file, registry
+
+    if args.spec and args.workload:
+        raise WorkbenchError("give either a workload name or --spec FILE, not both")
+    if args.spec:
+        ws = load_spec_file(args.spec)
+        if args.pick:
+            for w in ws:
+                if w.name == args.pick:
+                    return w
+            raise WorkbenchError(f"--workload {args.pick!r} is not in {args.spec!r}; it has: {', '.join(w.name for w in ws)}")
+        if len(ws) > 1:
+            raise WorkbenchError(f"{args.spec!r} lists {len(ws)} workloads; pick one with --workload NAME")
+        return ws[0]
+    if not args.workload:
+        raise WorkbenchError("tune needs a workload name or --spec FILE (see 'workbench workloads')")
+    reg = registry()
+    if args.workload in reg.networks:
+        raise WorkbenchError(f"{args.workload!r} is a network; tune its layers one at a time, e.g. "
+                             f"'workbench tune {reg.networks[args.workload][0].name}'")
+    return reg.get(args.workload)
+
+
+def cmd_tune(args) -> int:
+    from . import presets, tvm_env
+    from .session import TuningSession
+    from .store import RecordStore
+
+    workload = _resolve_tune_workload(args)
+    presets.get(args.preset)
+    tvm_env.parse_target(args.target)
+    store = RecordStore(args.db)
+    if args.resume:
+        row = store.latest_session(workload.name)
+        if row is None:
+            raise WorkbenchError(f"nothing to resume: {args.db!r} has no session for {workload.name!r}")
+        session = TuningSession.resume(store, session_id=row["id"], trials=args.trials)
+    else:
+        session = TuningSession(workload, target=args.target, trials=args.trials or 64, preset=args.preset, seed=args.seed,
+                                db=store, strategy=args.strategy)
+
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=session.trials, desc=workload.name, unit="trial", file=sys.stderr, dynamic_ncols=True,
+                   initial=0)
+
+        def on_event(e):
+            if e.kind == "session_started":
+                bar.n = e.data["trials_done"]
+                bar.refresh()
+            elif e.kind == "candidate_measured":
+                bar.update(1)
+                if session.best:
+                    bar.set_postfix(best=f"{session.best['gflops']:.1f} GFLOPS", strategy=session.best["strategy"])
+            elif e.kind in ("paused", "resumed", "stopped", "failed"):
+                bar.write(f"[{e.kind}] {e.data.get('message', '')}".rstrip())
+
+        session.subscribe(on_event)
+
+    def _stop(_sig, _frm):
+        session.stop()
+
+    old = signal.signal(signal.SIGINT, _stop)
+    try:
+        session.run()
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if bar is not None:
+            bar.close()
+    summ = session.summary()
+    if args.json:
+        print(json.dumps(summ))
+    else:
+        _print_summary(summ)
+    return 0 if session.status == "finished" else 130
+
+
+def _fmt(x, unit=""):
+    return "-" if x is None else f"{x:.4g}{unit}"
+
+
+def _print_summary(s):
+    print(f"workload      {s['workload']}  (session {s['session_id']}, {s['status']})")
+    print(f"trials        {s['trials']} measured, {s['errors']} errors, {s['tuning_seconds']:.1f} s")
+    print(f"naive         {_fmt(s['naive_latency_ms'], ' ms')}")
+    print(f"best          {_fmt(s['best_latency_ms'], ' ms')}  {_fmt(s['best_gflops'], ' GFLOPS')}  "
+          f"strategy {s['best_strategy']}  verified {s['verified']}  speedup {_fmt(s['speedup_vs_naive'], 'x')}")
+    for name, st in s["strategies"].items():
+        print(f"  {name:16s} best {_fmt(st['best_latency_ms'], ' ms'):>12s}  trials {st['trials']:4d}  verified {st['verified']}")
+    print(f"records       {s['db']}")
+
+
+def cmd_show(args) -> int:
+    from .store import RecordStore
+
+    store = RecordStore(args.db, readonly=True)
+    summ = store.summary()
+    if args.json:
+        print(json.dumps(summ))
+        return 0
+    print(f"{store.path}: {summ['sessions']} sessions, {summ['measured']} measured candidates, {summ['errors']} errors")
+    print(f"{'workload':32s} {'measured':>8s} {'errors':>6s} {'best ms':>10s} {'naive ms':>10s} {'speedup':>8s}")
+    for name, w in summ["workloads"].items():
+        sp = (w.get("naive_latency_ms") / w["best_latency_ms"]) if (w.get("naive_latency_ms") and w["best_latency_ms"]) else None
+        print(f"{name:32s} {w['measured']:8d} {w['errors'] or 0:6d} {_fmt(w['best_latency_ms']):>10s} "
+              f"{_fmt(w.get('naive_latency_ms')):>10s} {_fmt(sp, 'x'):>8s}")
+    return 0
+
+
+def cmd_best(args) -> int:
+    from . import space
+    from .store import RecordStore
+    from .workloads import workload_from_spec
+
+    store = RecordStore(args.db, readonly=True)
+    b = store.best(args.workload)
+    if b is None:
+        known = sorted({s["workload"] for s in store.sessions()})
+        raise WorkbenchError(f"no verified program for {args.workload!r} in {args.db!r}"
+                             + (f"; it has: {', '.join(known)}" if known else ""))
+    spec = next(s["spec"] for s in store.sessions() if s["id"] == b["session_id"])
+    w = workload_from_spec(spec)
+    sch = space.schedule_from_trace_json(w, b["trace"])
+    out = {"workload": w.name, "record_id": b["id"], "strategy": b["strategy"], "latency_ms": b["latency_ms"],
+           "gflops": b["gflops"], "verified": bool(b["verified"]), "trace": str(sch.trace)}
+    if args.tir:
+        out["tir"] = sch.mod.script()
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"# {w.name}: {b['latency_ms']:.4g} ms, {b['gflops']:.4g} GFLOPS, strategy {b['strategy']}, "
+          f"record {b['id']}, verified {bool(b['verified'])}")
+    print("# trace")
+    print(out["trace"])
+    if args.tir:
+        print("# TIR")
+        print(out["tir"])
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .metaschedule_db import export_store
+
+    n = export_store(args.db, args.metaschedule)
+    print(f"exported {n['records']} records of {n['workloads']} workloads to {args.metaschedule}")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from .metaschedule_db import import_dir
+    from .workloads import load_spec_file, registry
+
+    if args.spec:
+        ws = [w for w in load_spec_file(args.spec) if w.name == args.workload]
+        if not ws:
+            raise WorkbenchError(f"{args.spec!r} has no workload named {args.workload!r}")
+        w = ws[0]
+    else:
+        w = registry().get(args.workload)
+    n = import_dir(args.dir, args.db, w)
+    print(f"imported {n} records for {w.name} into {args.db}")
+    return 0
+
+
+COMMANDS = {"workloads": cmd_workloads, "tune": cmd_tune, "show": cmd_show, "best": cmd_best,
+            "export": cmd_export, "import": cmd_import}
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.cmd](args)
+    except WorkbenchError as e:
+        sys.stderr.write(f"workbench: error: {e}\n")
+        return EXIT_USER
+    except BrokenPipeError:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Layout strategies for constant weights (static data).
+
+A ``LayoutStrategy`` decides what happens to the layout-free (weight) inputs of
+a workload while it is tuned, and therefore what a measured latency means:
+
+=================  =========================================================  ==========================
+strategy           what the measured program does                             latency means
+=================  =========================================================  ==========================
+no-rewrite         reads the weight in the workload's own layout              kernel, weights as given
+transform-stage    copies the weight into the tiled loop order at the start   kernel + transform, every
+                   of every call (a parallel transform stage in the program)  call (honest standalone op)
+pre-transformed    reads weights already rewritten to the tiled order; the    kernel only; the transform
+                   rewrite runs once, offline (``deploy_inputs``)             is paid once at deploy
+=================  =========================================================  ==========================
+
+Each strategy is a set of MetaSchedule postprocessors applied after the
+sketch's decisions are filled in. The weight layout itself is chosen per
+candidate by TVM's ``RewriteLayout`` (``SuggestIndexMap`` over the tiled loop
+nest), so the layout follows the schedule, as in Ansor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import WorkbenchError
+
+PREPROC = "meta_schedule.layout_rewrite_preproc"
+
+
+def _base_postprocs():
+    from tvm.s_tir import meta_schedule as ms
+
+    return [ms.postproc.DisallowDynamicLoop(), ms.postproc.RewriteParallelVectorizeUnroll(),
+            ms.postproc.RewriteReductionBlock()]
+
+
+_INLINE_CLS = None
+
+
+def _inline_transform_stage():
+    """A postproc that keeps RewriteLayout's weight copy *inside* the program and parallelises it.
+
+    RewriteLayout marks the copy block as preprocessing; TVM's builder, ArgInfo and
+    feature extractor then drop it (that is the pre-transformed strategy). Removing
+    the mark keeps it in the measured program, and the features see it too.
+    """
+    global _INLINE_CLS
+    if _INLINE_CLS is None:
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+
+        @derived_object
+        class InlineTransformStage(ms.postproc.PyPostproc):
+            def _initialize_with_tune_context(self, context) -> None:
+                pass
+
+            def apply(self, sch) -> bool:
+                for blk in sch.get_child_blocks(sch.get_sblock("root")):
+                    if PREPROC in sch.get(blk).annotations:
+                        sch.unannotate(blk, PREPROC)
+                        loops = sch.get_loops(blk)
+                        # As Ansor's INSERT_TRANSFORM_STAGE: fuse the outer loops, then parallel.
+                        n = 3 if len(loops) >= 5 else (2 if len(loops) >= 3 else 1)
+                        outer = sch.fuse(*loops[:n]) if n > 1 else loops[0]
+                        sch.parallel(outer)
+                return True
+
+            def clone(self):
+                return InlineTransformStage()
+
+        _INLINE_CLS = InlineTransformStage
+    return _INLINE_CLS()
+
+
+@dataclass(frozen=True)
+class LayoutStrategy:
+    name: str
+    summary: str
+    latency_means: str
+    make_postprocs: Callable[[], list]
+    rewrites_offline: bool = False  # deploy_inputs must transform the weights
+
+    def postprocs(self) -> list:
+        return self.make_postprocs()
+
+    def deploy_inputs(self, sch, workload, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The inputs the measured kernel expects, derived from the workload's inputs.
+
+        For ``pre-transformed`` this applies the offline weight transform (the
+        IndexMap that RewriteLayout chose for this candidate); for the others the
+        inputs are returned unchanged.
+        """
+        if not self.rewrites_offline:
+            return list(inputs)
+        return apply_offline_transforms(sch, workload, inputs)
+
+
+def offline_index_maps(sch) -> list:
+    """IndexMaps of the layout rewrites recorded in a schedule's trace."""
+    maps = []
+    for inst in sch.trace.insts:
+        if inst.kind.name == "TransformLayout":
+            for x in inst.inputs:
+                if type(x).__name__ == "IndexMap":
+                    maps.append(x)
+    return maps
+
+
+def apply_offline_transforms(sch, workload, inputs):
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    final = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
+    from tvm.s_tir import meta_schedule as ms
+
+    new_shapes = [tuple(int(d) for d in a.shape) for a in ms.arg_info.ArgInfo.from_prim_func(final["main"])]
+    maps = offline_index_maps(sch)
+    out = list(inputs)
+    for i in workload.weight_indices:
+        if new_shapes[i] == tuple(out[i].shape):
+            continue
+        for imap in maps:
+            if tuple(int(d) for d in imap.map_shape(list(out[i].shape))) == new_shapes[i]:
+                out[i] = imap.map_tensor(tvm.runtime.tensor(out[i])).numpy()
+                break
+        else:
+            raise RuntimeError(f"no recorded layout rewrite maps weight {i} to {new_shapes[i]}")
+    return out
+
+
+def _rewrite():
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.postproc.RewriteLayout()
+
+
+STRATEGIES: dict[str, LayoutStrategy] = {
+    s.name: s
+    for s in [
+        LayoutStrategy(
+            "no-rewrite",
+            "weights keep the workload's layout; only loops are scheduled",
+            "latency of the kernel reading weights in their original layout",
+            lambda: _base_postprocs(),
+        ),
+        LayoutStrategy(
+            "transform-stage",
+            "a parallel stage inside the program copies the weights into the tiled loop order",
+            "latency of the transform stage plus the kernel, paid on every call",
+            lambda: _base_postprocs() + [_rewrite(), _inline_transform_stage()],
+        ),
+        LayoutStrategy(
+            "pre-transformed",
+            "weights are rewritten once, offline, into the tiled loop order",
+            "latency of the kernel alone; the one-off weight transform is not timed",
+            lambda: _base_postprocs() + [_rewrite()],
+            rewrites_offline=True,
+        ),
+    ]
+}
+
+# Stable feature positions for the shared cost model: never reorder, only append.
+STRATEGY_INDEX = {name: i for i, name in enumerate(STRATEGIES)}
+
+
+def get(name: str) -> LayoutStrategy:
+    if name not in STRATEGIES:
+        raise WorkbenchError(f"unknown layout strategy {name!r}; valid: {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+def parse_strategies(text, workload=None) -> list[str]:
+    """``auto``/``all``/``NAME[,NAME...]`` -> list of strategy names.
+
+    A workload without constant weights has nothing to rewrite, so every
+    strategy collapses to ``no-rewrite``.
+    """
+    if text in (None, "auto", "all"):
+        names = list(STRATEGIES)
+    elif isinstance(text, (list, tuple)):
+        names = list(text)
+    else:
+        names = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not names:
+        raise WorkbenchError("no layout strategy given; valid: auto, all, " + ", ".join(STRATEGIES))
+    for n in names:
+        get(n)
+    if workload is not None and not workload.weight_indices:
+        names = ["no-rewrite"]
+    return list(dict.fromkeys(names))

@@ -1,0 +1,199 @@
+"""Building and timing candidates in persistent, isolated worker processes.
+
+MetaSchedule's ``LocalBuilder`` starts a fresh process pool for every batch,
+and each new worker pays TVM's import (plus, by default, every tensor
+intrinsic: 16 s or more). Here the pools live as long as the session:
+
+* ``Builder``: ``max_workers`` processes compile candidates in parallel
+  (``tvm.tirx.build`` + export to a tar), each build under a timeout.
+* ``Runner``: one process times kernels with TVM's ``time_evaluator``; a
+  timed-out or crashed kernel kills only that worker, which is restarted.
+
+Timing settings (documented in the README): ``repeat`` results are taken after
+one warm-up call, each the mean of ``number`` runs, with ``number`` raised until
+a repeat lasts ``min_repeat_ms``; the latency is the median of the repeats.
+The runner uses the target's ``num-cores`` threads (``TVM_NUM_THREADS``).
+
+Building is not overlapped with timing: on a 2-core machine a concurrent
+compile takes a core from the kernel being timed and skews its latency.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# ---------------------------------------------------------------- worker side
+
+
+def _worker_init():
+    from workbench import tvm_env
+
+    tvm_env.setup()
+
+
+def _build_in_worker(mod_json: str, target: dict, out_dir: str) -> str:
+    import tvm
+
+    from workbench import tvm_env
+
+    tvm_env.setup()
+    mod = tvm.ir.load_json(mod_json)
+    rt = tvm.tirx.build(mod, target=tvm.target.Target(target))
+    path = os.path.join(tempfile.mkdtemp(dir=out_dir), "kernel.tar")
+    rt.export_library(path)
+    return path
+
+
+_ARGS_CACHE: dict = {}
+
+
+def _load(path):
+    import tvm
+
+    rt = tvm.runtime.load_module(path)
+    name = getattr(rt, "entry_name", None) or "main"
+    return rt, name
+
+
+def _run_in_worker(path: str, shapes: list, number: int, repeat: int, min_repeat_ms: int) -> list:
+    import tvm
+
+    rt, name = _load(path)
+    dev = tvm.cpu()
+    key = tuple(tuple(s) for s in shapes)
+    args = _ARGS_CACHE.get(key)
+    if args is None:
+        rng = np.random.default_rng(0)
+        args = [tvm.runtime.tensor(rng.uniform(-1, 1, size=s).astype("float32"), dev) for s in shapes]
+        _ARGS_CACHE.clear()  # keep one set: shapes repeat within a session
+        _ARGS_CACHE[key] = args
+    f = rt.time_evaluator(name, dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return [float(x) for x in f(*args).results]
+
+
+def _compute_in_worker(path: str, inputs: list, out_shape: tuple) -> np.ndarray:
+    import tvm
+
+    rt, name = _load(path)
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
+    out = tvm.runtime.tensor(np.full(out_shape, np.nan, dtype="float32"), dev)
+    rt[name](*args, out)
+    return out.numpy()
+
+
+# ---------------------------------------------------------------- session side
+
+
+@dataclass
+class BuildResult:
+    path: str | None
+    error_class: str | None = None
+    error_msg: str | None = None
+
+
+@dataclass
+class RunResult:
+    run_secs: list = field(default_factory=list)
+    error_class: str | None = None
+    error_msg: str | None = None
+
+    @property
+    def latency_s(self) -> float | None:
+        return float(np.median(self.run_secs)) if self.run_secs else None
+
+
+def _classify(exc: BaseException, stage: str) -> tuple[str, str]:
+    name = type(exc).__name__
+    msg = str(exc).strip() or name
+    if isinstance(exc, TimeoutError) or "Timeout" in name:
+        return f"{stage}-timeout", msg
+    if isinstance(exc, ChildProcessError) or "terminated" in msg.lower():
+        return f"{stage}-crash", f"worker process died: {msg}"
+    last = [ln for ln in msg.splitlines() if ln.strip()]
+    return f"{stage}-error", (last[-1] if last else msg)[:2000]
+
+
+def _pool(workers: int, timeout: float):
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    return PopenPoolExecutor(max_workers=workers, timeout=timeout, initializer=_worker_init)
+
+
+class Builder:
+    def __init__(self, target: dict, workers: int = 2, timeout: float = 60.0):
+        import tvm
+
+        self.target = target
+        self.timeout = timeout
+        self.dir = tempfile.mkdtemp(prefix="workbench-build-")
+        self._pool = _pool(workers, timeout)
+        self._save_json = tvm.ir.save_json
+
+    def build(self, mods: list) -> list[BuildResult]:
+        futs = [self._pool.submit(_build_in_worker, self._save_json(m), self.target, self.dir) for m in mods]
+        out = []
+        for f in futs:
+            try:
+                out.append(BuildResult(f.result()))
+            except BaseException as e:  # noqa: BLE001 - every failure is a result
+                cls, msg = _classify(e, "build")
+                out.append(BuildResult(None, cls, msg))
+        return out
+
+    @staticmethod
+    def discard(path: str | None) -> None:
+        if path:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+    def close(self):
+        self._pool.shutdown(wait=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Runner:
+    """Times kernels and computes outputs for verification, one kernel at a time."""
+
+    def __init__(self, num_threads: int, timeout: float = 30.0, number: int = 1, repeat: int = 3,
+                 min_repeat_ms: int = 30):
+        os.environ["TVM_NUM_THREADS"] = str(num_threads)
+        self.timeout = timeout
+        self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
+        self._pool = _pool(1, timeout)
+
+    def run(self, path: str, shapes: list) -> RunResult:
+        try:
+            secs = self._pool.submit(_run_in_worker, path, [list(s) for s in shapes], self.number, self.repeat,
+                                     self.min_repeat_ms).result()
+            return RunResult(secs)
+        except BaseException as e:  # noqa: BLE001
+            cls, msg = _classify(e, "run")
+            return RunResult([], cls, msg)
+
+    def compute(self, path: str, inputs: list, out_shape) -> tuple[np.ndarray | None, str | None, str | None]:
+        try:
+            return self._pool.submit(_compute_in_worker, path, inputs, tuple(out_shape)).result(), None, None
+        except BaseException as e:  # noqa: BLE001
+            cls, msg = _classify(e, "run")
+            return None, cls, msg
+
+    def close(self):
+        self._pool.shutdown(wait=False)
+
+
+def verify(out: np.ndarray, ref: np.ndarray) -> tuple[bool, str]:
+    """Tolerance: |out - ref| <= 1e-3 * |ref| + 1e-3 * max(1, max|ref|), element-wise (fp32 sums
+    reordered by tiling differ from a float64 reference by far less than this)."""
+    if out.shape != ref.shape:
+        return False, f"output shape {out.shape} != reference {ref.shape}"
+    if not np.all(np.isfinite(out)):
+        return False, "output contains NaN/Inf (elements never written?)"
+    scale = max(1.0, float(np.abs(ref).max()))
+    err = np.abs(out.astype(np.float64) - ref)
+    ok = bool(np.all(err <= 1e-3 * np.abs(ref) + 1e-3 * scale))
+    return ok, f"max abs error {err.max():.3g} (scale {scale:.3g})"

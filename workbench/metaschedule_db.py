@@ -1,0 +1,102 @@
+"""Round trips with MetaSchedule's own ``JSONDatabase`` directory format.
+
+Export writes every successfully measured record so that TVM itself can use
+them (``ms.database.JSONDatabase(work_dir=DIR)`` then ``compile_tir``).
+Pre-transformed records keep RewriteLayout's (annotated) weight-copy block in
+their trace, as MetaSchedule's own records do: ``compile_tir`` then builds the
+program with the copy inside, and ``RemoveWeightLayoutRewriteBlock`` plus the
+trace's IndexMap give the kernel-only form.
+Import reads records for one workload back; their layout strategy is read off
+the trace, and they are marked unverified until re-measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from . import layouts, space, tvm_env
+from .errors import WorkbenchError
+from .store import RecordStore
+from .workloads import workload_from_spec
+
+
+def export_store(db: str, work_dir: str) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    tvm_env.setup()
+    store = RecordStore(db, readonly=True)
+    if os.path.exists(work_dir) and not os.path.isdir(work_dir):
+        raise WorkbenchError(f"{work_dir!r} exists and is not a directory")
+    os.makedirs(work_dir, exist_ok=True)
+    msdb = ms.database.JSONDatabase(work_dir=work_dir)
+    n_rec, wls = 0, set()
+    for sess in store.sessions():
+        w = workload_from_spec(sess["spec"])
+        target = tvm_env.make_target(sess["target"])
+        wl = msdb.commit_workload(w.mod)
+        for r in store.traces(sess["id"]):
+            if r["error_class"] is not None or r["latency_ms"] is None:
+                continue
+            sch = space.schedule_from_trace_json(w, r["trace"])
+            args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            msdb.commit_tuning_record(ms.database.TuningRecord(
+                sch.trace, wl, [float(x) for x in json.loads(r["run_secs"])], target, args))
+            n_rec += 1
+            wls.add(w.name)
+    return {"records": n_rec, "workloads": len(wls)}
+
+
+def strategy_of_trace(trace) -> str:
+    kinds = [i.kind.name for i in trace.insts]
+    if "TransformLayout" not in kinds:
+        return "no-rewrite"
+    for inst in trace.insts:
+        if inst.kind.name == "Unannotate" and layouts.PREPROC in str(inst.attrs):
+            return "transform-stage"
+    return "pre-transformed"
+
+
+def import_dir(work_dir: str, db: str, workload) -> int:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    tvm_env.setup()
+    for f in ("database_workload.json", "database_tuning_record.json"):
+        if not os.path.isfile(os.path.join(work_dir, f)):
+            raise WorkbenchError(f"{work_dir!r} is not a MetaSchedule database directory (missing {f})")
+    try:
+        msdb = ms.database.JSONDatabase(work_dir=work_dir, allow_missing=False)
+    except Exception as e:  # TVM raises plain errors on malformed files
+        raise WorkbenchError(f"cannot read MetaSchedule database {work_dir!r}: {str(e).splitlines()[-1]}") from None
+    if not msdb.has_workload(workload.mod):
+        raise WorkbenchError(f"{work_dir!r} has no records for workload {workload.name!r} (no structurally equal module)")
+    records = msdb.get_top_k(msdb.commit_workload(workload.mod), 1 << 30)
+    store = RecordStore(db)
+    target = records[0].target if records and records[0].target is not None else None
+    target_dict = tvm_env.host_target_dict() if target is None else dict(target.export())
+    sid = store.create_session(workload=workload.name, spec=workload.spec(), target=target_dict, preset="imported",
+                               preset_params={}, seed=0, trials=len(records), strategies=sorted(layouts.STRATEGIES),
+                               strategy_arg="imported", versions=tvm_env.library_versions())
+    from tvm.s_tir.schedule import Schedule
+    from tvm_ffi import structural_hash
+
+    now = time.time()
+    for i, rec in enumerate(records, 1):
+        sch = Schedule(workload.mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=False)
+        secs = [float(x) for x in rec.run_secs] if rec.run_secs is not None else []
+        lat = sorted(secs)[len(secs) // 2] if secs and min(secs) < 1e9 else None
+        store.add_record({
+            "session_id": sid, "workload": workload.name, "trial": i, "round": 0,
+            "strategy": strategy_of_trace(sch.trace), "chosen_by": "imported", "trace": space.trace_json(sch),
+            "decisions": space.decisions_json(sch.trace),
+            "mod_hash": format(structural_hash(sch.mod) & (2**64 - 1), "016x"), "predicted_score": None,
+            "run_secs": secs, "latency_ms": None if lat is None else lat * 1e3,
+            "gflops": None if lat is None else workload.flops / lat / 1e9,
+            "error_class": None if lat is not None else "imported-failure", "error_msg": None,
+            "verified": False, "is_best": False, "seed": 0, "proposed_at": now, "measured_at": now, "elapsed_s": 0.0,
+        }, None)
+    store.update_session(sid, status="imported")
+    return len(records)

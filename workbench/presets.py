@@ -1,0 +1,69 @@
+"""Search and measurement parameters, by name.
+
+``quick`` is sized for a 2-core machine and interactive use; ``faithful`` uses
+Ansor's published defaults (population 2048, 4 generations, mutation 0.85,
+eps-greedy 0.05, 64 measurements per round, Ansor's mutation weights, its
+runner settings and its XGBoost parameters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from .errors import WorkbenchError
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    # evolutionary search
+    population: int
+    generations: int
+    mutate_prob: float
+    eps_greedy: float
+    init_measured_ratio: float
+    init_min_unmeasured: int
+    trials_per_round: int
+    mutator_probs: tuple  # (tile size, compute location, unroll, parallel)
+    # cost model
+    warmup_samples: int
+    xgb_max_rounds: int
+    xgb_early_stop: int
+    # measurement (TVM time_evaluator): `repeat` results, each the mean of >= `number`
+    # runs, with `number` grown until one repeat lasts `min_repeat_ms`
+    number: int
+    repeat: int
+    min_repeat_ms: int
+    build_timeout: float = 60.0
+    run_timeout: float = 30.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS = {
+    "quick": Preset(
+        "quick", population=256, generations=3, mutate_prob=0.85, eps_greedy=0.05,
+        init_measured_ratio=0.2, init_min_unmeasured=32, trials_per_round=16,
+        mutator_probs=(0.90, 0.05, 0.03, 0.02),
+        warmup_samples=16, xgb_max_rounds=200, xgb_early_stop=25,
+        number=1, repeat=3, min_repeat_ms=30,
+    ),
+    "faithful": Preset(
+        "faithful", population=2048, generations=4, mutate_prob=0.85, eps_greedy=0.05,
+        init_measured_ratio=0.2, init_min_unmeasured=50, trials_per_round=64,
+        mutator_probs=(0.90, 0.05, 0.04, 0.01),
+        warmup_samples=64, xgb_max_rounds=10000, xgb_early_stop=50,
+        number=3, repeat=1, min_repeat_ms=100,
+    ),
+}
+
+
+def get(name, **overrides) -> Preset:
+    if isinstance(name, Preset):
+        p = name
+    elif name in PRESETS:
+        p = PRESETS[name]
+    else:
+        raise WorkbenchError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+    return replace(p, **overrides) if overrides else p

@@ -1,0 +1,105 @@
+"""Replay a recorded session's events as if it were running live.
+
+For classrooms (show a tuning run without waiting for it) and for
+deterministic UI tests. A ``ReplaySession`` has the parts of
+``TuningSession``'s interface that views use: ``subscribe``, ``start``,
+``pause``, ``resume_running``, ``stop``, ``status``, ``records()``,
+``session_id``, ``store``; it re-emits the stored events in order, with the
+recorded gaps divided by ``speed``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .errors import WorkbenchError
+from .events import Event, EventBus
+from .store import RecordStore
+
+
+class ReplaySession:
+    replay = True
+    controller = None  # a replay cannot be steered
+
+    def __init__(self, db, session_id: int | None = None, speed: float = 10.0, max_gap: float = 2.0):
+        self.store = db if isinstance(db, RecordStore) else RecordStore(db, readonly=True)
+        sessions = self.store.sessions()
+        if not sessions:
+            raise WorkbenchError(f"{self.store.path!r} holds no session to replay")
+        row = sessions[-1] if session_id is None else self.store.session(session_id)
+        self.session_id = row["id"]
+        self.row = row
+        self.db_path = self.store.path
+        self.workload_name = row["workload"]
+        self.strategies = row["strategies"]
+        self.trials = row["trials"]
+        if speed <= 0:
+            raise WorkbenchError("replay speed must be positive")
+        self.speed = speed
+        self.max_gap = max_gap
+        self._events = self.store.events(self.session_id)
+        self._bus = EventBus()
+        self._running = threading.Event()
+        self._running.set()
+        self._stop = threading.Event()
+        self._thread = None
+        self._last_record_id = 0
+        self.status = "created"
+
+    def subscribe(self, fn):
+        return self._bus.subscribe(fn)
+
+    def start(self):
+        self._thread = threading.Thread(target=self._loop, name="replay", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def run(self):
+        self._loop()
+
+    def wait(self, timeout=None) -> bool:
+        if self._thread:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def pause(self):
+        self._running.clear()
+
+    def resume_running(self):
+        self._running.set()
+
+    def stop(self):
+        self._stop.set()
+        self._running.set()
+
+    @property
+    def paused(self):
+        return not self._running.is_set()
+
+    def records(self, with_trace: bool = False):
+        df = self.store.records(session_id=self.session_id, with_trace=with_trace)
+        return df[df["id"] <= self._last_record_id].reset_index(drop=True) if len(df) else df
+
+    def _loop(self):
+        self.status = "running"
+        prev = None
+        for e in self._events:
+            if self._stop.is_set():
+                break
+            if not self._running.is_set():
+                self.status = "paused"
+                self._bus.emit(Event("paused", self.session_id, time.time(), e["elapsed"], {"replay": True}))
+                self._running.wait()
+                if self._stop.is_set():
+                    break
+                self.status = "running"
+                self._bus.emit(Event("resumed", self.session_id, time.time(), e["elapsed"], {"replay": True}))
+            if prev is not None:
+                time.sleep(min(self.max_gap, max(0.0, e["elapsed"] - prev) / self.speed))
+            prev = e["elapsed"]
+            if e["kind"] == "candidate_measured":
+                self._last_record_id = e["data"]["record"]["id"]
+            self._bus.emit(Event(e["kind"], self.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
+        self.status = "stopped" if self._stop.is_set() else "finished"

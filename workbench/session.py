@@ -1,0 +1,509 @@
+"""``TuningSession``: one workload, searched round by round, every step an event.
+
+A round: the controller picks a layout strategy; that strategy's evolutionary
+search (TVM's ``EvolutionarySearch``: sampled annotations of the sketches plus
+the best measured programs, evolved with TVM's mutators under the shared cost
+model, then eps-greedy selection) proposes a batch; the batch is built in
+parallel, timed one by one, every new best is verified against the workload's
+reference, every record is written to the store before it is announced, and
+the cost model is retrained on all data.
+
+``run()`` blocks; ``start()`` runs the same loop in a background thread;
+``pause()``, ``resume()`` and ``stop()`` take effect between candidates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+
+import numpy as np
+
+from . import cost_model as cm
+from . import layouts, measure, presets, space, tvm_env
+from .controller import StrategyController
+from .errors import WorkbenchError
+from .events import Event, EventBus
+from .store import RecordStore
+from .workloads import Workload, registry, workload_from_spec
+
+DEFAULT_DB = "workbench.db"
+
+
+def as_workload(w) -> Workload:
+    if isinstance(w, Workload):
+        return w
+    if isinstance(w, dict):
+        return workload_from_spec(w)
+    if isinstance(w, str):
+        return registry().get(w)
+    raise WorkbenchError(f"a workload must be a name, a spec dict or a Workload, not {type(w).__name__}")
+
+
+def _mode_for(strategy, names) -> str:
+    if len(names) == 1:
+        return "fixed"
+    if strategy in (None, "auto"):
+        return "auto"
+    return "round-robin"
+
+
+class TuningSession:
+    def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
+                 db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
+                 _resume: dict | None = None, **preset_overrides):
+        self.workload = as_workload(workload)
+        if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+            raise WorkbenchError(f"trials must be a positive integer, got {trials!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise WorkbenchError(f"seed must be an integer, got {seed!r}")
+        self.target_dict = tvm_env.parse_target(target)
+        self.preset = presets.get(preset, **preset_overrides)
+        self.trials = trials
+        self.seed = seed
+        self.strategies = layouts.parse_strategies(strategy, self.workload)
+        self.controller = StrategyController(self.strategies, _mode_for(strategy, self.strategies))
+        self.store = db if isinstance(db, RecordStore) else RecordStore(db)
+        self.db_path = self.store.path
+        self.builder_workers = builder_workers or min(2, tvm_env.available_cores())
+        self._bus = EventBus()
+        self._running = threading.Event()
+        self._running.set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.status = "created"
+        self.error: BaseException | None = None
+        self.trials_done = 0
+        self.round = 0
+        self.best: dict | None = None  # overall best record (verified)
+        self.best_by_strategy: dict = {}
+        self.naive_latency_ms: float | None = None
+        self._elapsed_offset = 0.0
+        if _resume is None:
+            self.session_id = self.store.create_session(
+                workload=self.workload.name, spec=self.workload.spec(), target=self.target_dict,
+                preset=self.preset.name, preset_params=self.preset.to_dict(), seed=seed, trials=trials,
+                strategies=self.strategies, strategy_arg=_strategy_arg(strategy), versions=tvm_env.library_versions())
+            self._resumed = False
+        else:
+            self.session_id = _resume["id"]
+            self.naive_latency_ms = _resume.get("naive_latency_ms")
+            self._resumed = True
+            if trials != _resume["trials"]:
+                self.store.update_session(self.session_id, trials=trials)
+
+    # ------------------------------------------------------------------ public API
+    @classmethod
+    def resume(cls, db, session_id: int | None = None, workload: str | None = None, trials: int | None = None,
+               **kw) -> "TuningSession":
+        """Continue a stopped or killed session from its store; no measured record is lost."""
+        store = db if isinstance(db, RecordStore) else RecordStore(db)
+        if session_id is None:
+            sessions = [s for s in store.sessions() if workload is None or s["workload"] == workload]
+            if not sessions:
+                raise WorkbenchError(f"no session{' for ' + workload if workload else ''} to resume in {store.path!r}")
+            row = sessions[-1]
+        else:
+            row = store.session(session_id)
+        kw.setdefault("strategy", row["strategy_arg"])
+        overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in row["preset_params"].items() if k != "name"}
+        preset = presets.Preset(name=row["preset"], **overrides)
+        return cls(row["spec"], target=row["target"], trials=trials or row["trials"], preset=preset,
+                   seed=row["seed"], db=store, _resume=row, **kw)
+
+    def subscribe(self, fn):
+        """``fn(event)`` for every event of this session (called on the tuning thread)."""
+        return self._bus.subscribe(fn)
+
+    def run(self) -> dict:
+        """Tune until the budget is spent or ``stop()``; returns the summary."""
+        self._loop()
+        if self.status == "failed" and self.error is not None:
+            raise self.error
+        return self.summary()
+
+    def start(self) -> threading.Thread:
+        if self._thread is not None and self._thread.is_alive():
+            raise WorkbenchError("this session is already running")
+        self._thread = threading.Thread(target=self._loop, name=f"tuning-{self.workload.name}", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def pause(self) -> None:
+        if self._running.is_set() and self.status == "running":
+            self._running.clear()
+
+    def resume_running(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def records(self, with_trace: bool = False):
+        """Measured candidates of this session as a pandas DataFrame."""
+        return self.store.records(session_id=self.session_id, with_trace=with_trace)
+
+    def summary(self) -> dict:
+        rec = self.records()
+        ok = rec[rec["error_class"].isna()] if len(rec) else rec
+        per = {}
+        for s in self.strategies:
+            sub = rec[rec["strategy"] == s] if len(rec) else rec
+            b = self.store.best(self.workload.name, s) if len(sub) else None
+            b = b if (b and b["session_id"] == self.session_id) else self.best_by_strategy.get(s)
+            per[s] = {"best_latency_ms": b["latency_ms"] if b else None, "trials": int(len(sub)),
+                      "verified": bool(b and b["verified"])}
+        best = self.best
+        best_strategy = best["strategy"] if best else None
+        return {
+            "workload": self.workload.name,
+            "session_id": self.session_id,
+            "trials": int(len(rec)),
+            "errors": int(len(rec) - len(ok)),
+            "best_latency_ms": best["latency_ms"] if best else None,
+            "best_gflops": best["gflops"] if best else None,
+            "best_strategy": best_strategy,
+            "naive_latency_ms": self.naive_latency_ms,
+            "speedup_vs_naive": (self.naive_latency_ms / best["latency_ms"]) if (best and self.naive_latency_ms) else None,
+            "verified": bool(best and best["verified"]),
+            "tuning_seconds": round(self._elapsed(), 2),
+            "strategies": per,
+            "status": self.status,
+            "db": self.db_path,
+        }
+
+    # ------------------------------------------------------------------ internals
+    def _elapsed(self) -> float:
+        return self._elapsed_offset + (time.time() - self._t0 if getattr(self, "_t0", None) else 0.0)
+
+    def _emit(self, kind: str, **data) -> Event:
+        t = time.time()
+        ev = Event(kind, self.session_id, t, self._elapsed(), data)
+        ev.id = self.store.add_event(self.session_id, kind, t, ev.elapsed, data)
+        self._bus.emit(ev)
+        return ev
+
+    def _set_status(self, status: str) -> None:
+        self.status = status
+        self.store.update_session(self.session_id, status=status)
+
+    def _loop(self) -> None:
+        self._t0 = time.time()
+        self._set_status("running")
+        try:
+            self._setup()
+            self._search()
+            if self._stop.is_set():
+                self._set_status("stopped")
+                self._emit("stopped", trials_done=self.trials_done, best_latency_ms=self._best_ms(), summary=self.summary())
+            else:
+                self._set_status("finished")
+                self._emit("finished", trials_done=self.trials_done, best_latency_ms=self._best_ms(), summary=self.summary())
+        except BaseException as e:  # noqa: BLE001 - recorded, then re-raised by run()
+            self.error = e
+            self._set_status("failed")
+            try:
+                self._emit("failed", message=f"{type(e).__name__}: {e}")
+            except Exception:
+                pass
+        finally:
+            self._teardown()
+
+    def _best_ms(self):
+        return self.best["latency_ms"] if self.best else None
+
+    def _setup(self) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        tvm_env.setup()
+        w = self.workload
+        self.target = tvm_env.make_target(self.target_dict)
+        p = self.preset
+        self.model = cm.PackSumXGB(seed=self.seed, max_rounds=p.xgb_max_rounds, early_stop=p.xgb_early_stop,
+                                   warmup=p.warmup_samples, nthread=tvm_env.available_cores())
+        self.featurizer = cm.Featurizer()
+        self._ctx_strategy: dict = {}
+        self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
+        self.builder = measure.Builder(self.target_dict, workers=self.builder_workers, timeout=p.build_timeout)
+        self.runner = measure.Runner(int(self.target_dict["num-cores"]), timeout=p.run_timeout, number=p.number,
+                                     repeat=p.repeat, min_repeat_ms=p.min_repeat_ms)
+        self.inputs = w.make_inputs(seed=1234)
+        self.out_shape = w.arg_shapes[-1]
+        self._measured_hashes: set = set()
+        self.contexts = {}
+        self.ms_dbs = {}
+        prior = self.store.traces(self.session_id) if self._resumed else []
+        if prior:
+            self._elapsed_offset = self.store.records(session_id=self.session_id)["elapsed_s"].max()
+            self._t0 = time.time()
+        self._emit("session_started", workload=w.name, spec=w.spec(), flops=w.flops, target=self.target_dict,
+                   trials=self.trials, preset=p.name, seed=self.seed, strategies=self.strategies,
+                   mode=self.controller.mode, db=self.db_path, resumed=self._resumed, trials_done=len(prior),
+                   reference=w.reference_kind, weight_indices=w.weight_indices)
+        for s in self.strategies:
+            ctx = space.tune_context(w, self.target, s, p, self.seed + layouts.STRATEGY_INDEX[s])
+            self._ctx_strategy[ctx.task_name] = s
+            db = ms.database.MemoryDatabase()
+            ctx.pre_tuning(max_trials=1 << 30, num_trials_per_iter=p.trials_per_round,
+                           design_spaces=ctx.generate_design_space(), database=db, cost_model=self.search_model)
+            self.contexts[s] = ctx
+            self.ms_dbs[s] = (db, db.commit_workload(w.mod))
+        self._baseline_and_reference()
+        if prior:
+            self._restore(prior)
+
+    def _strategy_of_ctx(self, ctx) -> str:
+        return self._ctx_strategy[str(ctx.task_name)]
+
+    def _baseline_and_reference(self) -> None:
+        w = self.workload
+        need_naive_output = w.reference_kind == "tvm-naive"
+        if self.naive_latency_ms is not None and not need_naive_output:
+            self.reference = w.numpy_reference(self.inputs)
+            return
+        [b] = self.builder.build([w.mod])
+        if b.path is None:
+            raise RuntimeError(f"the naive program of {w.name} does not build: {b.error_msg}")
+        # The naive program can be slow: one timed call, generous timeout.
+        slow = measure.Runner(int(self.target_dict["num-cores"]), timeout=600, number=1, repeat=1, min_repeat_ms=0)
+        try:
+            if self.naive_latency_ms is None:
+                r = slow.run(b.path, w.arg_shapes)
+                if r.latency_s is None:
+                    raise RuntimeError(f"the naive program of {w.name} failed to run: {r.error_msg}")
+                self.naive_latency_ms = r.latency_s * 1e3
+                self.store.update_session(self.session_id, naive_latency_ms=self.naive_latency_ms)
+            if need_naive_output:
+                out, cls, msg = slow.compute(b.path, self.inputs, self.out_shape)
+                if out is None:
+                    raise RuntimeError(f"the naive program of {w.name} failed to compute a reference: {msg}")
+                self.reference = out.astype(np.float64)
+            else:
+                self.reference = w.numpy_reference(self.inputs)
+        finally:
+            slow.close()
+            self.builder.discard(b.path)
+        self._emit("baseline_measured", naive_latency_ms=self.naive_latency_ms, reference=w.reference_kind)
+
+    def _restore(self, prior) -> None:
+        """Rebuild search state from stored records: search databases, cost model, bests, counters."""
+        from tvm.s_tir import meta_schedule as ms
+
+        for strategy, feats, lat, h in self.store.training_rows(self.workload.name):
+            if strategy in self.strategies and feats is not None:
+                self.model.add(feats, lat, self.workload.name)
+        rec = self.store.records(session_id=self.session_id)
+        self.trials_done = len(rec)
+        self.round = int(rec["round"].max()) if len(rec) else 0
+        for row in prior:
+            self._measured_hashes.add(row["mod_hash"])
+            if row["error_class"] is None and row["latency_ms"] is not None and row["strategy"] in self.ms_dbs:
+                sch = space.schedule_from_trace_json(self.workload, row["trace"])
+                db, wl = self.ms_dbs[row["strategy"]]
+                args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+                run_secs = [float(x) for x in json.loads(row["run_secs"])]
+                db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
+        for s in self.strategies:
+            b = self.store.best(self.workload.name, s)
+            if b is not None and b["session_id"] == self.session_id:
+                self.best_by_strategy[s] = b
+                if self.best is None or b["latency_ms"] < self.best["latency_ms"]:
+                    self.best = b
+        for s in self.strategies:
+            sub = rec[rec["strategy"] == s]
+            if len(sub):
+                ok = sub[sub["error_class"].isna()]
+                self.controller.observe(s, ok["latency_ms"].min() / 1e3 if len(ok) else None, None, int(len(sub)))
+        self.model.train()
+
+    def _teardown(self) -> None:
+        for name in ("builder", "runner"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    pass
+        for ctx in getattr(self, "contexts", {}).values():
+            try:
+                ctx.post_tuning()
+            except Exception:
+                pass
+
+    def _wait_if_paused(self) -> bool:
+        """Blocks while paused; returns False if the session should stop."""
+        if not self._running.is_set():
+            self._set_status("paused")
+            self._emit("paused", trials_done=self.trials_done)
+            self._running.wait()
+            if not self._stop.is_set():
+                self._set_status("running")
+                self._emit("resumed", trials_done=self.trials_done)
+        return not self._stop.is_set()
+
+    def _search(self) -> None:
+        while self.trials_done < self.trials:
+            if not self._wait_if_paused():
+                return
+            decision = self.controller.choose()
+            if decision is None:
+                self._emit("controller_decision", round=self.round + 1, strategy=None, chosen_by="controller",
+                           mode=self.controller.mode, scores={}, reason="every strategy is exhausted or pruned", pruned=[])
+                return
+            self.round += 1
+            n = min(self.preset.trials_per_round, self.trials - self.trials_done)
+            self._emit("controller_decision", round=self.round, strategy=decision.strategy, chosen_by=decision.chosen_by,
+                       mode=decision.mode, scores=_finite(decision.scores), reason=decision.reason, pruned=[])
+            self._emit("round_started", round=self.round, strategy=decision.strategy, chosen_by=decision.chosen_by,
+                       reason=_finite(decision.scores), n=n)
+            measured = self._round(decision.strategy, decision.chosen_by, n)
+            if measured is None:
+                self.controller.mark_exhausted(decision.strategy)
+                continue
+
+    def _propose(self, strategy: str, n: int):
+        """Up to n candidates never measured before, from the strategy's evolutionary search."""
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+        from tvm_ffi import structural_hash
+
+        ctx = self.contexts[strategy]
+        out = []
+        for _ in range(3):  # a search round can return only already-measured programs; retry a little
+            cands = ctx.generate_measure_candidates()
+            if not cands:
+                break
+            for c in cands:
+                h = format(structural_hash(c.sch.mod) & (2**64 - 1), "016x")
+                if h in self._measured_hashes or any(h == o[1] for o in out):
+                    continue
+                out.append((c, h))
+                if len(out) >= n:
+                    break
+            if len(out) >= n:
+                break
+            if out:
+                break
+        strip = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)
+        return [(c, h, strip(c.sch.mod)) for c, h in out]
+
+    def _round(self, strategy: str, chosen_by: str, n: int):
+        from tvm.s_tir import meta_schedule as ms
+
+        w = self.workload
+        ctx = self.contexts[strategy]
+        t_prop = time.time()
+        props = self._propose(strategy, n)
+        if not props:
+            return None
+        cands = [c for c, _, _ in props]
+        feats = self.featurizer(ctx, cands, strategy)
+        preds = self.model.predict(feats)
+        self._emit("candidates_proposed", round=self.round, strategy=strategy,
+                   candidates=[{"index": i, "predicted_score": float(p), "mod_hash": h}
+                               for i, (p, (_, h, _)) in enumerate(zip(preds, props))])
+        builds = self.builder.build([m for _, _, m in props])
+        global_prev = self.best["latency_ms"] / 1e3 if self.best else None
+        measured_c, results = [], []
+        round_best = None
+        errors = 0
+        try:
+            for i, ((c, h, _), b) in enumerate(zip(props, builds)):
+                if not self._wait_if_paused():
+                    break
+                rec = self._measure_one(strategy, chosen_by, c, h, b, float(preds[i]), feats[i], t_prop)
+                measured_c.append(c)
+                ok = rec["error_class"] is None
+                errors += not ok
+                results.append(ms.runner.RunnerResult(rec["run_secs"] if ok else None,
+                                                      None if ok else (rec["error_msg"] or rec["error_class"])))
+                if ok:
+                    round_best = min(round_best or math.inf, rec["latency_ms"] / 1e3)
+                    db, wl = self.ms_dbs[strategy]
+                    db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, wl, rec["run_secs"], self.target,
+                                                                     c.args_info))
+        finally:
+            for b in builds:
+                self.builder.discard(b.path)
+        if measured_c:
+            ctx.notify_runner_results(measured_c, results)
+        t = time.time()
+        trained = self.model.train()
+        if trained:
+            self._emit("model_trained", round=self.round, n_samples=self.model.n_samples,
+                       seconds=round(time.time() - t, 3), boost_rounds=self.model.last_train_rounds)
+        top = sorted(preds, reverse=True)[: max(1, len(preds) // 4)]
+        pruned = self.controller.observe(strategy, round_best, global_prev, len(measured_c),
+                                         predicted_mean=float(np.mean(top)) if len(top) else None,
+                                         model_trained=self.model.booster is not None)
+        self._emit("round_finished", round=self.round, strategy=strategy, measured=len(measured_c), errors=errors,
+                   round_best_ms=None if round_best is None else round_best * 1e3, best_ms=self._best_ms(),
+                   pruned=pruned, controller=self.controller.state())
+        return len(measured_c)
+
+    def _measure_one(self, strategy, chosen_by, c, h, b, pred, feats, t_prop) -> dict:
+        w = self.workload
+        shapes = [tuple(int(x) for x in a.shape) for a in c.args_info]
+        run_secs, err_cls, err_msg, verified = [], b.error_class, b.error_msg, False
+        if b.path is not None:
+            r = self.runner.run(b.path, shapes)
+            run_secs, err_cls, err_msg = r.run_secs, r.error_class, r.error_msg
+        lat = float(np.median(run_secs)) if run_secs and err_cls is None else None
+        s_best = self.best_by_strategy.get(strategy)
+        if lat is not None and (s_best is None or lat * 1e3 < s_best["latency_ms"]):
+            # A would-be best is only reported once it computes the right answer.
+            kin = layouts.get(strategy).deploy_inputs(c.sch, w, self.inputs)
+            out, vcls, vmsg = self.runner.compute(b.path, kin, shapes[-1])
+            if out is None:
+                err_cls, err_msg = vcls, vmsg
+            else:
+                verified, detail = measure.verify(out, self.reference)
+                if not verified:
+                    err_cls, err_msg = "wrong-result", detail
+        self.trials_done += 1
+        is_best = verified and err_cls is None and (self.best is None or lat * 1e3 < self.best["latency_ms"])
+        rec = {
+            "session_id": self.session_id, "workload": w.name, "trial": self.trials_done, "round": self.round,
+            "strategy": strategy, "chosen_by": chosen_by, "trace": space.trace_json(c.sch),
+            "decisions": space.decisions_json(c.sch.trace), "mod_hash": h, "predicted_score": pred,
+            "run_secs": run_secs, "latency_ms": None if lat is None else lat * 1e3,
+            "gflops": None if lat is None else w.flops / lat / 1e9, "error_class": err_cls, "error_msg": err_msg,
+            "verified": verified, "is_best": is_best, "seed": self.seed, "proposed_at": t_prop,
+            "measured_at": time.time(), "elapsed_s": self._elapsed(),
+        }
+        rec["id"] = self.store.add_record(rec, feats)  # durable before anyone hears of it
+        self._measured_hashes.add(h)
+        self.model.add(feats, lat if err_cls is None else None, w.name)
+        public = {k: v for k, v in rec.items() if k != "trace"}
+        strategy_best = verified and err_cls is None
+        if strategy_best:
+            self.best_by_strategy[strategy] = rec
+        if is_best:
+            self.best = rec
+        self._emit("candidate_measured", record=public, new_best=is_best, strategy_best=strategy_best)
+        if is_best:
+            self._emit("new_best", record_id=rec["id"], trial=rec["trial"], strategy=strategy,
+                       latency_ms=rec["latency_ms"], gflops=rec["gflops"], verified=True)
+        return rec
+
+
+def _strategy_arg(strategy) -> str:
+    if strategy is None:
+        return "auto"
+    return ",".join(strategy) if isinstance(strategy, (list, tuple)) else str(strategy)
+
+
+def _finite(d: dict) -> dict:
+    return {k: (None if (isinstance(v, float) and not math.isfinite(v)) else v) for k, v in d.items()}

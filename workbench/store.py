@@ -1,0 +1,318 @@
+"""The records store: one SQLite file (WAL mode, synchronous=FULL).
+
+Why SQLite: a measured record must be on disk before anyone is told about it,
+and a SIGKILL must not lose or corrupt anything. SQLite commits are atomic and
+durable, readers (a dashboard, ``workbench show``) never block the writer in
+WAL mode, and the file is plain data: nothing in it is ever executed (no
+pickles; traces are TVM's JSON, features are float32 bytes).
+
+Tables
+  sessions  one row per tuning session: workload spec, target, preset, seed,
+            budget, strategies, library versions, status, naive latency
+  records   one row per measured candidate: trace (TVM JSON), sampled
+            decisions, predicted score, all run times, latency, error class
+            and message, strategy, who chose it, timestamps, features
+  events    every event a session emitted, in order (replayable)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+
+import numpy as np
+
+from .errors import StoreLockedError, WorkbenchError
+
+SCHEMA_VERSION = 1
+APP_ID = 0x54574231  # "TWB1": marks a workbench store
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  workload TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  target TEXT NOT NULL,
+  preset TEXT NOT NULL,
+  preset_params TEXT NOT NULL,
+  seed INTEGER NOT NULL,
+  trials INTEGER NOT NULL,
+  strategies TEXT NOT NULL,
+  strategy_arg TEXT NOT NULL DEFAULT 'auto',
+  versions TEXT NOT NULL,
+  status TEXT NOT NULL,
+  naive_latency_ms REAL,
+  created_at REAL NOT NULL,
+  updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id INTEGER NOT NULL REFERENCES sessions(id),
+  workload TEXT NOT NULL,
+  trial INTEGER NOT NULL,
+  round INTEGER NOT NULL,
+  strategy TEXT NOT NULL,
+  chosen_by TEXT NOT NULL,
+  trace TEXT NOT NULL,
+  decisions TEXT NOT NULL,
+  mod_hash TEXT NOT NULL,
+  predicted_score REAL,
+  run_secs TEXT NOT NULL,
+  latency_ms REAL,
+  gflops REAL,
+  error_class TEXT,
+  error_msg TEXT,
+  verified INTEGER NOT NULL DEFAULT 0,
+  is_best INTEGER NOT NULL DEFAULT 0,
+  seed INTEGER NOT NULL,
+  proposed_at REAL NOT NULL,
+  measured_at REAL NOT NULL,
+  elapsed_s REAL NOT NULL,
+  features BLOB,
+  feature_rows INTEGER
+);
+CREATE INDEX IF NOT EXISTS records_session ON records(session_id, trial);
+CREATE INDEX IF NOT EXISTS records_workload ON records(workload, latency_ms);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  time REAL NOT NULL,
+  elapsed REAL NOT NULL,
+  data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_session ON events(session_id, id);
+"""
+
+RECORD_COLUMNS = [
+    "id", "session_id", "workload", "trial", "round", "strategy", "chosen_by", "latency_ms", "gflops",
+    "predicted_score", "error_class", "error_msg", "verified", "is_best", "run_secs", "decisions", "mod_hash",
+    "seed", "proposed_at", "measured_at", "elapsed_s",
+]
+
+
+def _locked(e: sqlite3.OperationalError) -> bool:
+    return "locked" in str(e) or "busy" in str(e)
+
+
+class RecordStore:
+    """A records store file. One writer at a time; any number of readers."""
+
+    def __init__(self, path: str, readonly: bool = False, timeout: float = 10.0):
+        self.path = os.path.abspath(path)
+        if readonly and not os.path.exists(self.path):
+            raise WorkbenchError(f"records store {path!r} does not exist")
+        d = os.path.dirname(self.path)
+        if not os.path.isdir(d):
+            raise WorkbenchError(f"cannot create records store {path!r}: directory {d!r} does not exist")
+        if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
+            with open(self.path, "rb") as f:
+                head = f.read(16)
+            if head != b"SQLite format 3\x00":
+                raise WorkbenchError(f"{path!r} is not a workbench records store (not an SQLite file)")
+        try:
+            uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+            self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False,
+                                        isolation_level=None)
+            self.conn.row_factory = sqlite3.Row
+            self._init(readonly)
+        except sqlite3.OperationalError as e:
+            if _locked(e):
+                raise StoreLockedError(f"records store {path!r} is locked by another process; try again when it finishes") from None
+            raise WorkbenchError(f"cannot open records store {path!r}: {e}") from None
+        except sqlite3.DatabaseError as e:
+            raise WorkbenchError(f"{path!r} is not a usable records store: {e}") from None
+
+    def _init(self, readonly: bool):
+        c = self.conn
+        app = c.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and app != APP_ID:
+            raise WorkbenchError(f"{self.path!r} is an SQLite file but not a workbench records store")
+        if readonly:
+            if not tables:
+                raise WorkbenchError(f"{self.path!r} is empty, not a workbench records store")
+            return
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("PRAGMA synchronous=FULL")
+        if not tables:
+            c.execute("BEGIN IMMEDIATE")
+            for stmt in SCHEMA.split(";"):
+                if stmt.strip():
+                    c.execute(stmt)
+            c.execute(f"PRAGMA application_id={APP_ID}")
+            c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            c.execute("COMMIT")
+        else:
+            v = c.execute("PRAGMA user_version").fetchone()[0]
+            if v > SCHEMA_VERSION:
+                raise WorkbenchError(f"{self.path!r} was written by a newer workbench (schema {v})")
+
+    # ---- writing (each call is one durable transaction) ----
+    def _write(self, sql: str, args) -> int:
+        try:
+            cur = self.conn.execute(sql, args)
+            return cur.lastrowid
+        except sqlite3.OperationalError as e:
+            if _locked(e):
+                raise StoreLockedError(f"records store {self.path!r} is locked by another process") from None
+            if "disk" in str(e) or "full" in str(e):
+                raise WorkbenchError(f"cannot write records store {self.path!r}: {e}") from None
+            raise
+        except sqlite3.DatabaseError as e:
+            raise WorkbenchError(f"cannot write records store {self.path!r}: {e}") from None
+
+    def create_session(self, *, workload: str, spec: dict, target: dict, preset: str, preset_params: dict,
+                       seed: int, trials: int, strategies: list, strategy_arg: str, versions: dict) -> int:
+        now = time.time()
+        return self._write(
+            "INSERT INTO sessions(workload, spec, target, preset, preset_params, seed, trials, strategies, strategy_arg,"
+            " versions, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (workload, json.dumps(spec), json.dumps(target), preset, json.dumps(preset_params), seed, trials,
+             json.dumps(strategies), strategy_arg, json.dumps(versions), "created", now, now))
+
+    def update_session(self, session_id: int, **fields) -> None:
+        if not fields:
+            return
+        fields["updated_at"] = time.time()
+        cols = ", ".join(f"{k}=?" for k in fields)
+        self._write(f"UPDATE sessions SET {cols} WHERE id=?", (*fields.values(), session_id))
+
+    def add_record(self, rec: dict, features: np.ndarray | None) -> int:
+        feats = None if features is None else np.ascontiguousarray(features, dtype=np.float32)
+        return self._write(
+            "INSERT INTO records(session_id, workload, trial, round, strategy, chosen_by, trace, decisions, mod_hash,"
+            " predicted_score, run_secs, latency_ms, gflops, error_class, error_msg, verified, is_best, seed,"
+            " proposed_at, measured_at, elapsed_s, features, feature_rows) VALUES"
+            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (rec["session_id"], rec["workload"], rec["trial"], rec["round"], rec["strategy"], rec["chosen_by"],
+             rec["trace"], rec["decisions"], rec["mod_hash"], rec.get("predicted_score"),
+             json.dumps(rec.get("run_secs") or []), rec.get("latency_ms"), rec.get("gflops"), rec.get("error_class"),
+             rec.get("error_msg"), int(bool(rec.get("verified"))), int(bool(rec.get("is_best"))), rec["seed"],
+             rec["proposed_at"], rec["measured_at"], rec["elapsed_s"],
+             None if feats is None else feats.tobytes(), None if feats is None else feats.shape[0]))
+
+    def add_event(self, session_id: int, kind: str, t: float, elapsed: float, data: dict) -> int:
+        return self._write("INSERT INTO events(session_id, kind, time, elapsed, data) VALUES (?,?,?,?,?)",
+                           (session_id, kind, t, elapsed, json.dumps(data, default=_json_default)))
+
+    # ---- reading ----
+    def session(self, session_id: int) -> dict:
+        r = self.conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+        if r is None:
+            raise WorkbenchError(f"no session {session_id} in {self.path!r}")
+        return _session_row(r)
+
+    def sessions(self) -> list[dict]:
+        return [_session_row(r) for r in self.conn.execute("SELECT * FROM sessions ORDER BY id")]
+
+    def latest_session(self, workload: str) -> dict | None:
+        r = self.conn.execute("SELECT * FROM sessions WHERE workload=? ORDER BY id DESC LIMIT 1", (workload,)).fetchone()
+        return None if r is None else _session_row(r)
+
+    def records(self, session_id: int | None = None, workload: str | None = None, with_trace: bool = False):
+        """A pandas DataFrame of measured candidates, in measurement order."""
+        import pandas as pd
+
+        cols = RECORD_COLUMNS + (["trace"] if with_trace else [])
+        where, args = [], []
+        if session_id is not None:
+            where.append("session_id=?")
+            args.append(session_id)
+        if workload is not None:
+            where.append("workload=?")
+            args.append(workload)
+        sql = f"SELECT {', '.join(cols)} FROM records" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        rows = [dict(r) for r in self.conn.execute(sql, args)]
+        df = pd.DataFrame(rows, columns=cols)
+        if len(df):
+            df["run_secs"] = df["run_secs"].map(json.loads)
+            df["verified"] = df["verified"].astype(bool)
+            df["is_best"] = df["is_best"].astype(bool)
+        return df
+
+    def record(self, record_id: int) -> dict:
+        r = self.conn.execute("SELECT * FROM records WHERE id=?", (record_id,)).fetchone()
+        if r is None:
+            raise WorkbenchError(f"no record {record_id} in {self.path!r}")
+        d = dict(r)
+        d["run_secs"] = json.loads(d["run_secs"])
+        d["features"] = _features(d.pop("features"), d.pop("feature_rows"))
+        return d
+
+    def training_rows(self, workload: str):
+        """(strategy, features, latency_s or None, mod_hash) of every record of a workload, for the cost model."""
+        out = []
+        for r in self.conn.execute(
+                "SELECT strategy, features, feature_rows, latency_ms, error_class, mod_hash FROM records"
+                " WHERE workload=? ORDER BY id", (workload,)):
+            lat = r["latency_ms"] / 1e3 if r["latency_ms"] is not None and not r["error_class"] else None
+            out.append((r["strategy"], _features(r["features"], r["feature_rows"]), lat, r["mod_hash"]))
+        return out
+
+    def traces(self, session_id: int):
+        return [dict(r) for r in self.conn.execute(
+            "SELECT id, strategy, trace, run_secs, latency_ms, error_class, mod_hash FROM records WHERE session_id=? ORDER BY id",
+            (session_id,))]
+
+    def best(self, workload: str, strategy: str | None = None) -> dict | None:
+        sql = "SELECT * FROM records WHERE workload=? AND error_class IS NULL AND latency_ms IS NOT NULL AND verified=1"
+        args = [workload]
+        if strategy:
+            sql += " AND strategy=?"
+            args.append(strategy)
+        r = self.conn.execute(sql + " ORDER BY latency_ms LIMIT 1", args).fetchone()
+        if r is None:
+            return None
+        d = dict(r)
+        d["run_secs"] = json.loads(d["run_secs"])
+        d.pop("features")
+        return d
+
+    def events(self, session_id: int, after_id: int = 0) -> list[dict]:
+        return [{"id": r["id"], "kind": r["kind"], "time": r["time"], "elapsed": r["elapsed"],
+                 "data": json.loads(r["data"])}
+                for r in self.conn.execute("SELECT * FROM events WHERE session_id=? AND id>? ORDER BY id",
+                                           (session_id, after_id))]
+
+    def summary(self) -> dict:
+        c = self.conn
+        measured = c.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+        errors = c.execute("SELECT COUNT(*) FROM records WHERE error_class IS NOT NULL").fetchone()[0]
+        per = {}
+        for r in c.execute(
+                "SELECT workload, COUNT(*) n, SUM(error_class IS NOT NULL) e,"
+                " MIN(CASE WHEN error_class IS NULL AND verified=1 THEN latency_ms END) best FROM records GROUP BY workload"):
+            per[r["workload"]] = {"measured": r["n"], "errors": r["e"], "best_latency_ms": r["best"]}
+        for r in c.execute("SELECT workload, MIN(naive_latency_ms) naive FROM sessions GROUP BY workload"):
+            per.setdefault(r["workload"], {"measured": 0, "errors": 0, "best_latency_ms": None})["naive_latency_ms"] = r["naive"]
+        return {"measured": measured, "errors": errors, "sessions": len(self.sessions()), "workloads": per}
+
+    def close(self):
+        self.conn.close()
+
+
+def _features(blob, rows):
+    if blob is None:
+        return None
+    a = np.frombuffer(blob, dtype=np.float32)
+    return a.reshape(rows, -1)
+
+
+def _session_row(r) -> dict:
+    d = dict(r)
+    for k in ("spec", "target", "preset_params", "strategies", "versions"):
+        d[k] = json.loads(d[k])
+    return d
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
