@@ -1,0 +1,16 @@
+"""Jupyter views of a tuning session: they read its events and records, and never steer the search themselves.
+
+``Dashboard`` composes them; each view also works on its own with a ``SessionModel``.
+"""
+
+from .controls import ControlsView
+from .costmodel import CostModelView, round_quality
+from .dashboard import Dashboard
+from .inspector import CandidateInspector
+from .model import SessionModel
+from .sketch import SketchView
+from .table import RecordsTable
+from .throughput import ThroughputView
+
+__all__ = ["Dashboard", "SessionModel", "ThroughputView", "CostModelView", "CandidateInspector", "SketchView",
+           "ControlsView", "RecordsTable", "round_quality"]

@@ -1,0 +1,39 @@
+"""Helpers shared by the views."""
+
+from __future__ import annotations
+
+import html
+import math
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+KNOWN = ["no-rewrite", "transform-stage", "pre-transformed"]
+
+
+def color_of(strategy: str, strategies: list[str]) -> str:
+    order = KNOWN + [s for s in strategies if s not in KNOWN]
+    return PALETTE[order.index(strategy) % len(PALETTE)] if strategy in order else PALETTE[-1]
+
+
+def fmt(v, spec: str = ".3g", none: str = "—") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return none
+    return format(v, spec)
+
+
+def candidate_text(rec: dict) -> str:
+    """Hover text of a measured candidate (plotly hover labels take <br> line breaks)."""
+    head = f"trial {rec.get('trial')} · round {rec.get('round')} · {rec.get('strategy')} ({rec.get('chosen_by')})"
+    if rec.get("error_class"):
+        body = f"error: {html.escape(str(rec['error_class']))}"
+    else:
+        body = f"{fmt(rec.get('latency_ms'), '.4f')} ms · {fmt(rec.get('gflops'), '.1f')} GFLOPS"
+    pred = f"predicted {fmt(rec.get('predicted_score'), '.3f')}"
+    dec = html.escape(str(rec.get("decisions") or ""))
+    if len(dec) > 120:
+        dec = dec[:117] + "..."
+    return f"{head}<br>{body} · {pred}<br>{dec}"
+
+
+def pre(text: str, style: str = "") -> str:
+    return (f"<pre style='font-size:12px;line-height:1.3;max-height:480px;overflow:auto;margin:0;{style}'>"
+            f"{html.escape(text)}</pre>")

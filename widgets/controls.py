@@ -1,0 +1,152 @@
+"""Start/Pause/Resume/Stop, budget, preset, strategy mode, the controller's scores, status, progress and ETA."""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as W
+
+from workbench.presets import PRESETS
+
+from .common import fmt
+from .model import CONTROLLER, STATUS
+
+STRATEGY_SETS = ["auto", "all", "no-rewrite", "transform-stage", "pre-transformed"]
+
+
+class ControlsView:
+    """Buttons call ``actions`` (the Dashboard); the display is redrawn only by ``refresh`` (the pump)."""
+
+    def __init__(self, actions, trials: int = 64, preset: str = "quick", strategy: str = "auto",
+                 can_configure: bool = True):
+        self.actions = actions
+        b = dict(layout=W.Layout(width="86px"))
+        self.start = W.Button(description="Start", button_style="success", icon="play", **b)
+        self.pause = W.Button(description="Pause", icon="pause", disabled=True, **b)
+        self.resume = W.Button(description="Resume", icon="play", disabled=True, **b)
+        self.stop = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True, **b)
+        self.trials = W.BoundedIntText(value=trials, min=1, max=1_000_000, description="trials",
+                                       disabled=not can_configure, layout=W.Layout(width="150px"))
+        self.preset = W.Dropdown(options=list(PRESETS), value=preset, description="preset",
+                                 disabled=not can_configure, layout=W.Layout(width="170px"))
+        self.strategy_set = W.Dropdown(options=STRATEGY_SETS if strategy in STRATEGY_SETS else STRATEGY_SETS + [strategy],
+                                       value=strategy, description="strategies", disabled=not can_configure,
+                                       layout=W.Layout(width="230px"))
+        self.mode = W.ToggleButtons(options=["auto", "manual"], value="auto", disabled=True,
+                                    tooltips=["the controller chooses each round", "you choose the strategy"],
+                                    style={"button_width": "70px"})
+        self.pick = W.Dropdown(options=[], description="pick", disabled=True, layout=W.Layout(width="230px"))
+        self.status = W.HTML("<b>idle</b>")
+        self.progress = W.IntProgress(value=0, min=0, max=max(1, trials), layout=W.Layout(width="260px"))
+        self.eta = W.HTML("")
+        self.arms = W.HTML("")
+        self.widget = W.VBox([
+            W.HBox([self.start, self.pause, self.resume, self.stop, self.trials, self.preset, self.strategy_set]),
+            W.HBox([W.HTML("<b>strategy mode</b>&nbsp;"), self.mode, self.pick]),
+            W.HBox([self.status, self.progress, self.eta]),
+            self.arms,
+        ])
+        self.start.on_click(lambda _b: actions.start())
+        self.pause.on_click(lambda _b: actions.pause())
+        self.resume.on_click(lambda _b: actions.resume())
+        self.stop.on_click(lambda _b: actions.stop())
+        self.mode.observe(self._mode_changed, names="value")
+        self.pick.observe(self._pick_changed, names="value")
+        self._syncing = False  # set while refresh() writes mode/pick, so observers do not echo to the controller
+
+    def _mode_changed(self, change) -> None:
+        if self._syncing:
+            return
+        if change["new"] == "manual" and self.pick.value:
+            self.actions.pick(self.pick.value)
+        elif change["new"] == "auto":
+            self.actions.auto()
+
+    def _pick_changed(self, change) -> None:
+        if not self._syncing and self.mode.value == "manual" and change["new"]:
+            self.actions.pick(change["new"])
+
+    def refresh(self, model, changes: set, session=None, request: str | None = None) -> None:
+        if not changes & {STATUS, CONTROLLER, "ui"}:
+            return
+        status = session.status if session is not None else model.status
+        if model.terminal:
+            status = model.status
+        running = session is not None and status in ("running", "paused", "created") and not model.terminal
+        paused = bool(session is not None and session.paused)
+        ctrl = getattr(session, "controller", None)
+        with self.widget.hold_sync():
+            ended_for_good = model.terminal and getattr(self.actions, "session_factory", None) is None
+            self.start.disabled = running or ended_for_good
+            self.pause.disabled = not running or paused
+            self.resume.disabled = not running or not paused
+            self.stop.disabled = not running
+            total = model.trials or self.trials.value
+            self.progress.max = max(1, total)
+            self.progress.value = min(model.trials_done, self.progress.max)
+            eta = model.eta_seconds()
+            self.eta.value = (f"{model.trials_done}/{total} trials · "
+                              f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}")
+            self.status.value = self._status_html(model, status, paused, request, session)
+            self._syncing = True
+            try:
+                if list(self.pick.options) != list(model.strategies):
+                    self.pick.options = list(model.strategies)
+                steerable = ctrl is not None and running and len(model.strategies) > 1
+                self.mode.disabled = not steerable
+                self.pick.disabled = not steerable or self.mode.value != "manual"
+                if ctrl is not None:
+                    self.mode.value = "manual" if ctrl.mode == "manual" else "auto"
+            finally:
+                self._syncing = False
+            self.arms.value = self._arms_html(model, ctrl)
+
+    @staticmethod
+    def _status_html(model, status, paused, request, session) -> str:
+        colors = {"running": "#2b8a3e", "paused": "#e67700", "finished": "#1864ab", "stopped": "#5c5f66",
+                  "failed": "#c92a2a"}
+        shown = status
+        if request == "pause" and not paused and status == "running":
+            shown = "pausing (after the current candidate)"
+        elif request == "pause" and paused and status == "running":
+            shown = "pausing (after the current candidate)"
+        elif request == "stop" and not model.terminal:
+            shown = "stopping (after the current candidate)"
+        best = model.best
+        parts = [f"<b style='color:{colors.get(status, '#333')}'>{html.escape(shown)}</b>"]
+        if model.workload:
+            parts.append(html.escape(model.workload))
+        if getattr(session, "replay", False):
+            parts.append("replay")
+        if best:
+            parts.append(f"best {fmt(best['gflops'], '.1f')} GFLOPS ({fmt(best['latency_ms'], '.4f')} ms, "
+                         f"{html.escape(best['strategy'])})")
+        if model.naive_latency_ms and best:
+            parts.append(f"{model.naive_latency_ms / best['latency_ms']:.1f}× vs naive")
+        if model.message:
+            parts.append(f"<span style='color:#c92a2a'>{html.escape(model.message)}</span>")
+        return " · ".join(parts) + "&nbsp;&nbsp;"
+
+    @staticmethod
+    def _arms_html(model, ctrl) -> str:
+        c = model.controller
+        if not model.strategies:
+            return ""
+        scores = dict(c.get("scores") or {})
+        arms = c.get("arms") or {}
+        mode = ctrl.mode if ctrl is not None else (c.get("mode") or model.mode)
+        rows = []
+        for s in model.strategies:
+            a = arms.get(s, {})
+            sc = scores.get(s)
+            flag = " (pruned)" if a.get("pruned") else " (exhausted)" if a.get("exhausted") else ""
+            rows.append(f"<tr><td>{html.escape(s)}{flag}</td><td>{fmt(sc, '.3f', 'warm-up' if s in scores else '—')}</td>"
+                        f"<td>{a.get('rounds', '—')}</td><td>{a.get('trials', '—')}</td>"
+                        f"<td>{fmt(a.get('best_ms'), '.4f')}</td></tr>")
+        last = ""
+        if c.get("strategy"):
+            last = (f"round {c.get('round')}: <b>{html.escape(str(c['strategy']))}</b> chosen by "
+                    f"{html.escape(str(c.get('chosen_by')))} — {html.escape(str(c.get('reason') or ''))}")
+        return (f"<div style='font-size:12px'>controller mode <b>{html.escape(str(mode))}</b> · {last}"
+                "<table style='font-size:12px'><tr><th>strategy</th><th>score</th><th>rounds</th><th>trials</th>"
+                f"<th>best ms</th></tr>{''.join(rows)}</table></div>")

@@ -1,0 +1,100 @@
+"""The cost model's predictions against what was measured, and how well it ranked each round."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .common import candidate_text, color_of
+from .model import RECORDS, SESSION
+from .stats import decimate, kendall_tau, spearman, topk_recall
+
+
+def round_quality(records: list[dict], topk_share: float = 0.25) -> pd.DataFrame:
+    """One row per round: Spearman rho, Kendall tau, top-k recall of the predicted score vs measured GFLOPS.
+
+    Failed candidates count as 0 GFLOPS for the recall (the model should not put
+    them in its top k) and are left out of the correlations (they have no throughput).
+    """
+    rows = []
+    df = pd.DataFrame(records)
+    if df.empty:
+        return pd.DataFrame(columns=["round", "strategy", "n", "spearman", "kendall", "k", "topk_recall"])
+    for rnd, g in df.groupby("round", sort=True):
+        g = g[g["predicted_score"].notna()]
+        ok = g[g["gflops"].notna() & g["error_class"].isna()]
+        k = max(1, int(round(len(g) * topk_share)))
+        rows.append({
+            "round": int(rnd), "strategy": g["strategy"].iloc[0] if len(g) else None, "n": int(len(g)),
+            "spearman": spearman(ok["predicted_score"], ok["gflops"]),
+            "kendall": kendall_tau(ok["predicted_score"], ok["gflops"]),
+            "k": k,
+            "topk_recall": topk_recall(g["predicted_score"], g["gflops"].fillna(0.0), k) if len(g) else math.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+class CostModelView:
+    def __init__(self, max_points: int = 400, height: int = 340):
+        self.max_points = max_points
+        self.fig = go.FigureWidget(make_subplots(
+            rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.09,
+            subplot_titles=("predicted score vs measured", "ranking quality per round")))
+        self.fig.update_layout(height=height, margin=dict(l=50, r=10, t=40, b=40), template="plotly_white",
+                               legend=dict(orientation="h", y=-0.2), hovermode="closest", uirevision="keep")
+        self.fig.update_xaxes(title_text="predicted score (higher = faster)", row=1, col=1)
+        self.fig.update_yaxes(title_text="measured GFLOPS", row=1, col=1)
+        self.fig.update_xaxes(title_text="round", row=1, col=2, dtick=1)
+        self.fig.update_yaxes(range=[-1.05, 1.05], row=1, col=2)
+        self.quality = round_quality([])
+        self._strategies: list[str] = []
+        self._ids: list[list[int]] = []
+        self._callbacks = []
+
+    def on_select(self, fn) -> None:
+        self._callbacks.append(fn)
+
+    def _clicked(self, trace, points, _selector) -> None:
+        ids = self._ids[points.trace_index] if points.trace_index < len(self._ids) else []
+        if points.point_inds and ids:
+            for fn in self._callbacks:
+                fn(ids[points.point_inds[0]])
+
+    def _build_traces(self, strategies) -> None:
+        self.fig.data = []
+        for s in strategies:
+            self.fig.add_trace(go.Scatter(name=s, mode="markers", marker=dict(color=color_of(s, strategies), size=7,
+                                                                              opacity=0.75),
+                                          hovertemplate="%{text}<extra></extra>"), row=1, col=1)
+        for name, dash in (("Spearman ρ", "solid"), ("Kendall τ", "dot"), ("top-k recall", "dash")):
+            self.fig.add_trace(go.Scatter(name=name, mode="lines+markers", line=dict(color="#444", dash=dash)),
+                               row=1, col=2)
+        for tr in self.fig.data[:len(strategies)]:
+            tr.on_click(self._clicked)
+        self._strategies = list(strategies)
+        self._ids = [[] for _ in strategies]
+
+    def refresh(self, model, changes: set) -> None:
+        if SESSION in changes and model.strategies != self._strategies:
+            self._build_traces(model.strategies)
+        if not (changes & {RECORDS, SESSION}) or not self._strategies:
+            return
+        self.quality = round_quality(model.records)
+        with self.fig.batch_update():
+            for i, s in enumerate(self._strategies):
+                pts = [r for r in model.records if r["strategy"] == s and r.get("predicted_score") is not None
+                       and r.get("gflops") is not None]
+                pts = [pts[j] for j in decimate(len(pts), self.max_points)]
+                t = self.fig.data[i]
+                t.x = [r["predicted_score"] for r in pts]
+                t.y = [r["gflops"] for r in pts]
+                t.text = [candidate_text(r) for r in pts]
+                self._ids[i] = [r["id"] for r in pts]
+            q = self.quality
+            n = len(self._strategies)
+            for j, col in enumerate(("spearman", "kendall", "topk_recall")):
+                self.fig.data[n + j].x = q["round"].tolist()
+                self.fig.data[n + j].y = [None if (v is None or math.isnan(v)) else v for v in q[col]]

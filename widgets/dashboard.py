@@ -1,0 +1,294 @@
+"""``Dashboard``: every view over one session, fed by one rate-limited pump.
+
+Threading (ipykernel >= 7): the session's subscriber runs on the tuning thread
+and only puts events into an ``EventQueue``. One pump (a daemon thread, or a
+test calling ``pump_once()``) drains the queue, folds the events into a
+``SessionModel`` and redraws each view at most once per tick, inside
+``fig.batch_update()`` / ``hold_sync()``; ticks are at most ``max_hz`` per
+second. Button callbacks (which run on the kernel's shell or comm thread) only
+call thread-safe session methods and ask the pump for a redraw.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import threading
+import time
+
+import ipywidgets as W
+
+from workbench.events import Event, EventQueue
+from workbench.store import RecordStore
+from workbench.workloads import workload_from_spec
+
+from .controls import ControlsView
+from .costmodel import CostModelView
+from .inspector import CandidateInspector
+from .model import SessionModel
+from .sketch import SketchView
+from .table import RecordsTable
+from .throughput import ThroughputView
+
+
+class Dashboard:
+    """Live (or replayed) view of a tuning session.
+
+    ``Dashboard(session)`` watches an existing session (events it already
+    emitted are read back from its store); ``Dashboard(session_factory=f)``
+    creates one with ``f(trials=, preset=, strategy=)`` when Start is pressed.
+    """
+
+    def __init__(self, session=None, *, session_factory=None, trials: int = 64, preset: str = "quick",
+                 strategy: str = "auto", max_hz: float = 4.0, max_points: int = 400, autopump: bool = True,
+                 title: str | None = None):
+        if session is None and session_factory is None:
+            raise ValueError("a Dashboard needs a session or a session_factory")
+        if not 0 < max_hz <= 4.0:
+            raise ValueError("max_hz must be in (0, 4]: faster redraws flood the browser and gain nothing")
+        self.session = None
+        self.session_factory = session_factory
+        self.period = 1.0 / max_hz
+        self.autopump = autopump
+        self.queue = EventQueue()
+        self.model = SessionModel()
+        self.ticks = 0  # redraws done
+        self._lock = threading.RLock()
+        self._unsubscribe = None
+        self._store = None
+        self._workload = None
+        self._request = None  # "pause" / "stop" while the session has not acted on it yet
+        self._ui_dirty = threading.Event()
+        self._pump_thread = None
+        self._pump_stop = threading.Event()
+
+        self.throughput = ThroughputView(max_points=max_points)
+        self.cost_model = CostModelView(max_points=max_points)
+        self.table = RecordsTable()
+        self.inspector = CandidateInspector(self.model, self._store_of)
+        self.sketches = SketchView(self._workload_of)
+        self.controls = ControlsView(self, trials=trials, preset=preset, strategy=strategy,
+                                     can_configure=session is None)
+        for view in (self.throughput, self.cost_model):
+            view.on_select(self._select)
+        self.tabs = W.Tab(children=[self.cost_model.fig, self.table.widget, self.inspector.widget,
+                                    self.sketches.widget],
+                          titles=["Cost model", "Records", "Inspector", "Sketches"])
+        self.title = W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title or 'Tuning Workbench')}</h3>")
+        self.widget = W.VBox([self.title, self.controls.widget, self.throughput.fig, self.tabs])
+        if session is not None:
+            self.attach(session)
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def for_workload(cls, workload: str, trials: int = 64, db: str = "workbench.db", preset: str = "quick",
+                     strategy: str = "auto", seed: int = 0, **kw) -> "Dashboard":
+        """A dashboard whose Start button creates ``TuningSession(workload, ...)`` with the chosen settings."""
+        from workbench import TuningSession
+
+        overrides = kw.pop("preset_overrides", {})
+
+        def factory(trials, preset, strategy):
+            return TuningSession(workload, trials=trials, preset=preset, strategy=strategy, seed=seed, db=db,
+                                 **overrides)
+
+        return cls(session_factory=factory, trials=trials, preset=preset, strategy=strategy,
+                   title=kw.pop("title", f"Tuning Workbench · {workload}"), **kw)
+
+    @classmethod
+    def replay(cls, db: str, session_id: int | None = None, speed: float = 10.0, max_gap: float = 2.0,
+               **kw) -> "Dashboard":
+        """A dashboard whose Start button replays a recorded session's events as if live."""
+        from workbench.replay import ReplaySession
+
+        def factory(**_settings):
+            return ReplaySession(db, session_id=session_id, speed=speed, max_gap=max_gap)
+
+        probe = ReplaySession(db, session_id=session_id)
+        dash = cls(session_factory=factory, trials=probe.trials, strategy=probe.row["strategy_arg"],
+                   title=kw.pop("title", f"Replay · {probe.workload_name} · {os.path.basename(db)}"), **kw)
+        dash.controls.trials.disabled = dash.controls.preset.disabled = dash.controls.strategy_set.disabled = True
+        probe.store.close()
+        return dash
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+    # ------------------------------------------------------------------ session wiring
+    def attach(self, session) -> None:
+        """Watch ``session``; events it emitted before are read back from its store."""
+        with self._lock:
+            if self._unsubscribe:
+                self._unsubscribe()
+            self.session = session
+            self.model.reset()
+            self.queue.drain()
+            self._store = None
+            self._workload = None
+            self._request = None
+            self._unsubscribe = session.subscribe(self.queue.put)
+            if not getattr(session, "replay", False) and session.status != "created":
+                for e in self._store_of().events(session.session_id):
+                    self.queue.put(Event(e["kind"], session.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
+            self._ui_dirty.set()
+        self.pump_once()
+        if self.autopump and session.status in ("running", "paused"):
+            self._start_pump()
+
+    def _store_of(self) -> RecordStore:
+        """A read-only store of the attached session: views read records without touching the engine's connection."""
+        if self._store is None:
+            s = self.session
+            path = getattr(s, "db_path", None) or s.store.path
+            self._store = RecordStore(path, readonly=True)
+        return self._store
+
+    def _workload_of(self):
+        if self._workload is None:
+            spec = self.model.spec
+            if spec is None and self.session is not None:
+                w = getattr(self.session, "workload", None)
+                if w is not None and hasattr(w, "spec"):
+                    self._workload = w
+                    return w
+                spec = getattr(self.session, "row", {}).get("spec")
+            if spec is None:
+                return None
+            self._workload = workload_from_spec(spec)
+        return self._workload
+
+    # ------------------------------------------------------------------ actions (buttons and code)
+    def start(self):
+        """Start the attached session, or create one from the factory (a new one after a finished session)."""
+        with self._lock:
+            s = self.session
+            if s is None or s.status in ("finished", "stopped", "failed"):
+                if self.session_factory is None:
+                    raise RuntimeError("this session has ended and the dashboard has no session_factory")
+                c = self.controls
+                s = self.session_factory(trials=c.trials.value, preset=c.preset.value, strategy=c.strategy_set.value)
+                self.attach(s)
+            if self._alive(s):
+                return s
+            s.start()
+            self._ui_dirty.set()
+        if self.autopump:
+            self._start_pump()
+        else:
+            self.pump_once()
+        return s
+
+    @staticmethod
+    def _alive(s) -> bool:
+        return s is not None and not s.wait(0)
+
+    def pause(self) -> None:
+        if self.session is not None:
+            self.session.pause()
+            self._request = "pause"
+            self._poke()
+
+    def resume(self) -> None:
+        if self.session is not None:
+            self.session.resume_running()
+            self._request = None
+            self._poke()
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+            self._request = "stop"
+            self._poke()
+
+    def pick(self, strategy: str) -> None:
+        ctrl = getattr(self.session, "controller", None)
+        if ctrl is not None:
+            ctrl.pick(strategy)
+            self._poke()
+
+    def auto(self) -> None:
+        ctrl = getattr(self.session, "controller", None)
+        if ctrl is not None:
+            ctrl.auto()
+            self._poke()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the session ends (or ``timeout``); then draw its final state."""
+        done = self.session.wait(timeout) if self.session is not None else True
+        if done:
+            self._stop_pump()
+        self.pump_once()
+        return done
+
+    def close(self) -> None:
+        self._stop_pump()
+        if self._unsubscribe:
+            self._unsubscribe()
+        if self._store is not None:
+            self._store.close()
+        for w in (self.widget, self.throughput.fig, self.cost_model.fig):
+            w.close()
+
+    def _select(self, record_id: int) -> None:
+        self.tabs.selected_index = 2
+        self.inspector.show(record_id)
+
+    def _poke(self) -> None:
+        self._ui_dirty.set()
+        if self._pump_thread is None or not self._pump_thread.is_alive():
+            self.pump_once()
+
+    # ------------------------------------------------------------------ the pump
+    def pump_once(self) -> int:
+        """Drain the queue, fold events into the model, redraw the views that changed; returns the events applied."""
+        with self._lock:
+            events = self.queue.drain()
+            for ev in events:
+                self.model.apply(ev)
+            changes = self.model.take_changes()
+            if self._ui_dirty.is_set():
+                self._ui_dirty.clear()
+                changes.add("ui")
+            if self._request == "pause" and self.session is not None and (
+                    self.model.status == "paused" or not self.session.paused):
+                self._request = None
+            if not changes:
+                return len(events)
+            self.ticks += 1
+            self.throughput.refresh(self.model, changes)
+            self.cost_model.refresh(self.model, changes)
+            self.table.refresh(self.model, changes)
+            self.controls.refresh(self.model, changes, self.session, self._request)
+            if "session" in changes:
+                self.sketches.set_strategies(self.model.strategies)
+            return len(events)
+
+    def _start_pump(self) -> None:
+        if self._pump_thread is not None and self._pump_thread.is_alive():
+            return
+        self._pump_stop.clear()
+        self._pump_thread = threading.Thread(target=self._pump_loop, name="workbench-ui-pump", daemon=True)
+        self._pump_thread.start()
+
+    def _stop_pump(self) -> None:
+        self._pump_stop.set()
+        t = self._pump_thread
+        if t is not None and t is not threading.current_thread():
+            t.join(5)
+        self._pump_thread = None
+
+    def _pump_loop(self) -> None:
+        while not self._pump_stop.is_set():
+            t0 = time.monotonic()
+            try:
+                applied = self.pump_once()
+            except Exception as e:  # a drawing bug must not kill the pump: show it and keep going
+                applied = 0
+                self.controls.status.value = f"<b style='color:#c92a2a'>dashboard error: {html.escape(repr(e))}</b>"
+            if self.model.terminal and applied == 0 and not self._alive(self.session):
+                self.pump_once()  # whatever arrived between the drain and the liveness check
+                self._pump_thread = None
+                return
+            self._pump_stop.wait(max(0.0, self.period - (time.monotonic() - t0)))

@@ -1,0 +1,98 @@
+"""Best-so-far GFLOPS per layout strategy, against trial number and against wall time."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .common import candidate_text, color_of
+from .model import RECORDS, SESSION
+from .stats import decimate
+
+
+class ThroughputView:
+    """A plotly FigureWidget; ``refresh(model, changes)`` redraws it in one batched message.
+
+    Per strategy: faint raw measurements (decimated to ``max_points``) and the
+    exact best-so-far step curve, once vs trial and once vs elapsed seconds.
+    Clicking a point calls every ``on_select(record_id)`` callback.
+    """
+
+    def __init__(self, max_points: int = 400, height: int = 360):
+        self.max_points = max_points
+        self.fig = go.FigureWidget(make_subplots(
+            rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+            subplot_titles=("best-so-far vs trial", "best-so-far vs wall time")))
+        self.fig.update_layout(height=height, margin=dict(l=50, r=10, t=40, b=40), hovermode="closest",
+                               legend=dict(orientation="h", y=-0.18), template="plotly_white",
+                               uirevision="keep")
+        self.fig.update_xaxes(title_text="trial", row=1, col=1)
+        self.fig.update_xaxes(title_text="elapsed (s)", row=1, col=2)
+        self.fig.update_yaxes(title_text="GFLOPS", row=1, col=1)
+        self._strategies: list[str] = []
+        self._ids: list[list[int]] = []  # record id of every displayed point, per trace
+        self._callbacks = []
+        self.points_sent = 0  # points in the last redraw: the cost of one update message
+
+    def on_select(self, fn) -> None:
+        self._callbacks.append(fn)
+
+    def _clicked(self, trace, points, _selector) -> None:
+        if not points.point_inds:
+            return
+        ids = self._ids[points.trace_index]
+        rid = ids[points.point_inds[0]]
+        for fn in self._callbacks:
+            fn(rid)
+
+    def _build_traces(self, strategies: list[str]) -> None:
+        traces = []
+        for s in strategies:
+            c = color_of(s, strategies)
+            for col, _xkind in ((1, "trial"), (2, "elapsed")):
+                traces.append((go.Scatter(name=s, legendgroup=s, showlegend=False, mode="markers",
+                                          marker=dict(color=c, size=6, opacity=0.28),
+                                          hovertemplate="%{text}<extra></extra>"), col))
+                traces.append((go.Scatter(name=s, legendgroup=s, showlegend=col == 1, mode="lines+markers",
+                                          line=dict(color=c, width=2.5, shape="hv"), marker=dict(color=c, size=7),
+                                          hovertemplate="%{text}<extra>best so far</extra>"), col))
+        with self.fig.batch_update():
+            self.fig.data = []
+        for tr, col in traces:
+            self.fig.add_trace(tr, row=1, col=col)
+        for tr in self.fig.data:
+            tr.on_click(self._clicked)
+        self._strategies = list(strategies)
+        self._ids = [[] for _ in self.fig.data]
+
+    def refresh(self, model, changes: set) -> None:
+        if SESSION in changes and model.strategies != self._strategies:
+            self._build_traces(model.strategies)
+        if not (changes & {RECORDS, SESSION}) or not self._strategies:
+            return
+        by_s = {s: [] for s in self._strategies}
+        for r in model.records:
+            by_s.setdefault(r["strategy"], []).append(r)
+        sent = 0
+        with self.fig.batch_update():
+            for i, s in enumerate(self._strategies):
+                recs = by_s.get(s, [])
+                ok = [r for r in recs if r.get("gflops") is not None and r.get("error_class") is None]
+                raw = [ok[j] for j in decimate(len(ok), self.max_points)]
+                steps = list(model.best_steps.get(s, []))
+                last = model.last_by_strategy.get(s)
+                # extend the step curve to the strategy's latest trial so its flat tail is visible
+                tail = steps + ([dict(steps[-1], trial=last["trial"], elapsed_s=last["elapsed_s"])]
+                                if steps and last and last["trial"] != steps[-1]["trial"] else [])
+                for k, key in enumerate(("trial", "elapsed_s")):
+                    raw_t, best_t = self.fig.data[4 * i + 2 * k], self.fig.data[4 * i + 2 * k + 1]
+                    raw_t.x = [r[key] for r in raw]
+                    raw_t.y = [r["gflops"] for r in raw]
+                    raw_t.text = [candidate_text(r) for r in raw]
+                    best_t.x = [r[key] for r in tail]
+                    best_t.y = [r["gflops"] for r in tail]
+                    best_t.text = [candidate_text(r) for r in tail]
+                    self._ids[4 * i + 2 * k] = [r["id"] for r in raw]
+                    self._ids[4 * i + 2 * k + 1] = [r["id"] for r in tail]
+                    sent += len(raw) + len(tail)
+        self.points_sent = sent
