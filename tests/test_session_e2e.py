@@ -63,8 +63,8 @@ def test_improves_on_naive_and_reports_verified_best(tmp_path):
 def test_same_seed_same_first_proposals(tmp_path):
     props = []
     for i in range(2):
-        s = _session(SMALL["matmul"], tmp_path / str(i), strategy="no-rewrite", trials=8, seed=7)
         (tmp_path / str(i)).mkdir()
+        s = _session(SMALL["matmul"], tmp_path / str(i), strategy="no-rewrite", trials=8, seed=7)
         got = []
         s.subscribe(lambda e, got=got: e.kind == "candidates_proposed" and got.append([c["mod_hash"] for c in e.data["candidates"]]))
         s.run()

@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workload", dest="pick", help="which workload of a --spec list to tune")
     t.add_argument("--trials", type=_positive, default=None, help="trial budget (default 64; with --resume, the stored budget)")
     t.add_argument("--preset", default="quick", help="quick (2-core sized) or faithful (Ansor's defaults)")
+    t.add_argument("--trials-per-round", type=_positive, default=None, help="override the preset's batch size")
     t.add_argument("--seed", type=_int, default=0)
     t.add_argument("--db", default="workbench.db", help="records store (SQLite), created if missing")
     t.add_argument("--resume", action="store_true", help="continue the latest session of this workload in --db")
@@ -146,8 +147,9 @@ def cmd_tune(args) -> int:
             raise WorkbenchError(f"nothing to resume: {args.db!r} has no session for {workload.name!r}")
         session = TuningSession.resume(store, session_id=row["id"], trials=args.trials)
     else:
+        overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
         session = TuningSession(workload, target=args.target, trials=args.trials or 64, preset=args.preset, seed=args.seed,
-                                db=store, strategy=args.strategy)
+                                db=store, strategy=args.strategy, **overrides)
 
     bar = None
     if not args.quiet:

@@ -36,6 +36,10 @@ def _worker_init():
     tvm_env.setup()
 
 
+def _ready() -> bool:
+    return True
+
+
 def _build_in_worker(mod_json: str, target: dict, out_dir: str) -> str:
     import tvm
 
@@ -134,6 +138,8 @@ class Builder:
         self.dir = tempfile.mkdtemp(prefix="workbench-build-")
         self._pool = _pool(workers, timeout)
         self._save_json = tvm.ir.save_json
+        # Start the workers now (each imports TVM: ~2 s) while the session prepares its search.
+        self._warm = [self._pool.submit(_ready) for _ in range(workers)]
 
     def build(self, mods: list) -> list[BuildResult]:
         futs = [self._pool.submit(_build_in_worker, self._save_json(m), self.target, self.dir) for m in mods]
@@ -165,19 +171,30 @@ class Runner:
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
         self._pool = _pool(1, timeout)
+        self._warm = self._pool.submit(_ready)
 
-    def run(self, path: str, shapes: list) -> RunResult:
+    def _call(self, timeout, fn, *args):
+        # The pool's timeout applies per call; one thread drives this runner, so it can be swapped.
+        self._pool._timeout = timeout or self.timeout
         try:
-            secs = self._pool.submit(_run_in_worker, path, [list(s) for s in shapes], self.number, self.repeat,
-                                     self.min_repeat_ms).result()
+            return self._pool.submit(fn, *args).result()
+        finally:
+            self._pool._timeout = self.timeout
+
+    def run(self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None,
+            min_repeat_ms=None) -> RunResult:
+        try:
+            secs = self._call(timeout, _run_in_worker, path, [list(s) for s in shapes], number or self.number,
+                              repeat or self.repeat, self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms)
             return RunResult(secs)
         except BaseException as e:  # noqa: BLE001
             cls, msg = _classify(e, "run")
             return RunResult([], cls, msg)
 
-    def compute(self, path: str, inputs: list, out_shape) -> tuple[np.ndarray | None, str | None, str | None]:
+    def compute(self, path: str, inputs: list, out_shape, timeout: float | None = None):
+        """The kernel's output on the given inputs: (array, None, None) or (None, error class, message)."""
         try:
-            return self._pool.submit(_compute_in_worker, path, inputs, tuple(out_shape)).result(), None, None
+            return self._call(timeout, _compute_in_worker, path, inputs, tuple(out_shape)), None, None
         except BaseException as e:  # noqa: BLE001
             cls, msg = _classify(e, "run")
             return None, cls, msg

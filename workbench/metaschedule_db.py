@@ -75,7 +75,11 @@ def import_dir(work_dir: str, db: str, workload) -> int:
     records = msdb.get_top_k(msdb.commit_workload(workload.mod), 1 << 30)
     store = RecordStore(db)
     target = records[0].target if records and records[0].target is not None else None
-    target_dict = tvm_env.host_target_dict() if target is None else dict(target.export())
+    target_dict = tvm_env.host_target_dict()
+    if target is not None:
+        attrs = target.attrs
+        target_dict = {"kind": target.kind.name, "mcpu": str(attrs["mcpu"]) if "mcpu" in attrs else target_dict["mcpu"],
+                       "num-cores": int(attrs["num-cores"]) if "num-cores" in attrs else target_dict["num-cores"]}
     sid = store.create_session(workload=workload.name, spec=workload.spec(), target=target_dict, preset="imported",
                                preset_params={}, seed=0, trials=len(records), strategies=sorted(layouts.STRATEGIES),
                                strategy_arg="imported", versions=tvm_env.library_versions())

@@ -36,6 +36,9 @@ class Preset:
     min_repeat_ms: int
     build_timeout: float = 60.0
     run_timeout: float = 30.0
+    # TVM's EvolutionarySearch hands work to threads dynamically, so with more than one
+    # thread the same seed no longer gives the same proposals. 1 keeps sessions reproducible.
+    search_threads: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -30,6 +30,7 @@ from .store import RecordStore
 from .workloads import Workload, registry, workload_from_spec
 
 DEFAULT_DB = "workbench.db"
+NAIVE_TIMEOUT = 600.0  # seconds for one call of the unscheduled program
 
 
 def as_workload(w) -> Workload:
@@ -278,23 +279,21 @@ class TuningSession:
         if b.path is None:
             raise RuntimeError(f"the naive program of {w.name} does not build: {b.error_msg}")
         # The naive program can be slow: one timed call, generous timeout.
-        slow = measure.Runner(int(self.target_dict["num-cores"]), timeout=600, number=1, repeat=1, min_repeat_ms=0)
         try:
             if self.naive_latency_ms is None:
-                r = slow.run(b.path, w.arg_shapes)
+                r = self.runner.run(b.path, w.arg_shapes, timeout=NAIVE_TIMEOUT, number=1, repeat=1, min_repeat_ms=0)
                 if r.latency_s is None:
                     raise RuntimeError(f"the naive program of {w.name} failed to run: {r.error_msg}")
                 self.naive_latency_ms = r.latency_s * 1e3
                 self.store.update_session(self.session_id, naive_latency_ms=self.naive_latency_ms)
             if need_naive_output:
-                out, cls, msg = slow.compute(b.path, self.inputs, self.out_shape)
+                out, cls, msg = self.runner.compute(b.path, self.inputs, self.out_shape, timeout=NAIVE_TIMEOUT)
                 if out is None:
                     raise RuntimeError(f"the naive program of {w.name} failed to compute a reference: {msg}")
                 self.reference = out.astype(np.float64)
             else:
                 self.reference = w.numpy_reference(self.inputs)
         finally:
-            slow.close()
             self.builder.discard(b.path)
         self._emit("baseline_measured", naive_latency_ms=self.naive_latency_ms, reference=w.reference_kind)
 

@@ -51,7 +51,7 @@ def tune_context(workload, target, strategy: str, preset: Preset, seed: int, sea
     return ms.TuneContext(
         mod=workload.mod, target=target, space_generator=space_generator(strategy, preset),
         search_strategy=strat, task_name=f"{workload.name}|{strategy}", rand_state=seed,
-        num_threads=tvm_env.available_cores())
+        num_threads=max(1, min(preset.search_threads, tvm_env.available_cores())))
 
 
 @dataclass
