@@ -69,10 +69,11 @@ class ControlsView:
     def refresh(self, model, changes: set, session=None, request: str | None = None) -> None:
         if not changes & {STATUS, CONTROLLER, "ui"}:
             return
-        status = session.status if session is not None else model.status
-        if model.terminal:
-            status = model.status
-        running = session is not None and status in ("running", "paused", "created") and not model.terminal
+        status = model.status
+        if session is not None and session.status == "created" and not model.n_events:
+            status = "ready"
+        running = session is not None and not model.terminal and (
+            model.n_events > 0 or session.status in ("running", "paused"))
         paused = bool(session is not None and session.paused)
         ctrl = getattr(session, "controller", None)
         with self.widget.hold_sync():
@@ -106,9 +107,7 @@ class ControlsView:
         colors = {"running": "#2b8a3e", "paused": "#e67700", "finished": "#1864ab", "stopped": "#5c5f66",
                   "failed": "#c92a2a"}
         shown = status
-        if request == "pause" and not paused and status == "running":
-            shown = "pausing (after the current candidate)"
-        elif request == "pause" and paused and status == "running":
+        if request == "pause" and status == "running":
             shown = "pausing (after the current candidate)"
         elif request == "stop" and not model.terminal:
             shown = "stopping (after the current candidate)"

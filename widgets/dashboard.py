@@ -25,7 +25,7 @@ from workbench.workloads import workload_from_spec
 from .controls import ControlsView
 from .costmodel import CostModelView
 from .inspector import CandidateInspector
-from .model import SessionModel
+from .model import STATUS, TERMINAL, SessionModel
 from .sketch import SketchView
 from .table import RecordsTable
 from .throughput import ThroughputView
@@ -247,12 +247,17 @@ class Dashboard:
             events = self.queue.drain()
             for ev in events:
                 self.model.apply(ev)
+            s = self.session
+            if (s is not None and not self.model.terminal and s.status in TERMINAL
+                    and not self._alive(s)):
+                # a ReplaySession stopped mid-way ends without a terminal event; its status is the truth
+                self.model.status = s.status
+                self.model.mark(STATUS)
             changes = self.model.take_changes()
             if self._ui_dirty.is_set():
                 self._ui_dirty.clear()
                 changes.add("ui")
-            if self._request == "pause" and self.session is not None and (
-                    self.model.status == "paused" or not self.session.paused):
+            if self._request == "pause" and (self.model.status != "running" or not self.session.paused):
                 self._request = None
             if not changes:
                 return len(events)

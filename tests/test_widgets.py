@@ -1,0 +1,383 @@
+"""Dashboard views fed with the events of a recorded real tuning session (notebooks/data/demo_session.db)."""
+
+import math
+import os
+import shutil
+import sqlite3
+import threading
+import time
+
+import comm
+import numpy as np
+import pandas as pd
+import pytest
+from plotly.callbacks import InputDeviceState, Points
+
+from widgets import Dashboard, SessionModel
+from widgets.costmodel import round_quality
+from widgets.sketch import sampling_lines
+from widgets.stats import decimate, kendall_tau, spearman, topk_recall
+from workbench.events import Event
+from workbench.replay import ReplaySession
+from workbench.store import RecordStore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_DB = os.path.join(ROOT, "notebooks", "data", "demo_session.db")
+
+
+class RecordingComm:
+    """Stands in for a kernel comm (as in ipywidgets' own tests) and keeps every message sent."""
+
+    kernel = "Truthy"
+
+    def __init__(self, log, **kwargs):
+        self.comm_id = f"comm-{len(log)}-{id(self)}"
+        self.log = log
+        self.log_key = None
+
+    def open(self, *a, **k):
+        pass
+
+    def on_msg(self, *a, **k):
+        pass
+
+    def send(self, data=None, metadata=None, buffers=None):
+        self.log.append((time.monotonic(), self, data or {}))
+
+    def close(self, *a, **k):
+        pass
+
+
+@pytest.fixture
+def comm_log(monkeypatch):
+    log = []
+    monkeypatch.setattr(comm, "create_comm", lambda **kw: RecordingComm(log, **kw))
+    return log
+
+
+def figure_updates(log, fig):
+    """(time) of every Python->browser figure update message of ``fig`` (the None resets are not messages users see)."""
+    out = []
+    for t, c, data in log:
+        if c is not fig.comm or data.get("method") != "update":
+            continue
+        state = data.get("state", {})
+        if any(state.get(k) is not None for k in ("_py2js_update", "_py2js_restyle", "_py2js_relayout",
+                                                   "_py2js_addTraces", "_py2js_deleteTraces")):
+            out.append(t)
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo_events():
+    store = RecordStore(DEMO_DB, readonly=True)
+    sid = store.sessions()[-1]["id"]
+    evs = [Event(e["kind"], sid, e["time"], e["elapsed"], e["data"], e["id"]) for e in store.events(sid)]
+    store.close()
+    return evs
+
+
+@pytest.fixture(scope="module")
+def demo_records():
+    store = RecordStore(DEMO_DB, readonly=True)
+    df = store.records(store.sessions()[-1]["id"])
+    store.close()
+    return df
+
+
+def fed_dashboard(events, **kw):
+    dash = Dashboard.replay(DEMO_DB, autopump=False, **kw)
+    dash.attach(ReplaySession(DEMO_DB))
+    for ev in events:
+        dash.queue.put(ev)
+    dash.pump_once()
+    return dash
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def test_rank_correlations_match_definitions():
+    x = [1, 2, 3, 4, 5]
+    assert spearman(x, [10, 20, 30, 40, 50]) == pytest.approx(1.0)
+    assert kendall_tau(x, [5, 4, 3, 2, 1]) == pytest.approx(-1.0)
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=40), rng.normal(size=40)
+    assert spearman(a, b) == pytest.approx(pd.Series(a).corr(pd.Series(b), method="spearman"))
+    # by hand: 5 concordant pairs, 1 discordant, no ties -> 4/6
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(2 / 3)
+    # tau-b with a tie in x: 5 concordant of 6 pairs, 5 pairs untied in x, 6 untied in y -> 5/sqrt(30)
+    assert kendall_tau([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(5 / math.sqrt(30))
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(kendall_tau([1, 2], [2, 1]))
+
+
+def test_topk_recall_and_decimation():
+    assert topk_recall([0.9, 0.8, 0.1, 0.0], [100, 90, 1, 2], 2) == 1.0
+    assert topk_recall([0.0, 0.1, 0.8, 0.9], [100, 90, 1, 2], 2) == 0.0
+    assert topk_recall([0.9, 0.1, 0.8, 0.0], [100, 90, 1, 2], 2) == 0.5
+    idx = decimate(10_000, 400)
+    assert len(idx) <= 400 and idx[-1] == 9_999 and idx[0] == 0
+    assert np.all(np.diff(idx) > 0)
+    assert list(idx[-200:]) == list(range(9_800, 10_000))  # the newest points are kept exactly
+    assert list(decimate(7, 400)) == list(range(7))
+
+
+# ---------------------------------------------------------------- model
+
+
+def test_model_from_recorded_events_matches_the_store(demo_events, demo_records):
+    m = SessionModel()
+    for ev in demo_events:
+        m.apply(ev)
+    for ev in demo_events[:10]:  # a backfill overlapping the live queue must not double-count
+        m.apply(ev)
+    assert m.status == "finished"
+    assert m.trials_done == len(demo_records) == len(m.records) == 32
+    assert m.strategies == ["no-rewrite", "transform-stage", "pre-transformed"]
+    ok = demo_records[demo_records["error_class"].isna() & demo_records["verified"]]
+    assert m.best["id"] == int(ok.loc[ok["latency_ms"].idxmin(), "id"])
+    for s, steps in m.best_steps.items():
+        g = [r["gflops"] for r in steps]
+        assert g == sorted(g) and len(set(g)) == len(g), "best-so-far must strictly improve"
+        sub = demo_records[(demo_records["strategy"] == s) & demo_records["error_class"].isna()]
+        assert g[-1] == pytest.approx(sub["gflops"].max())
+    assert m.eta_seconds() is None  # finished: nothing left
+    part = SessionModel()
+    for ev in demo_events[: len(demo_events) // 2]:
+        part.apply(ev)
+    assert part.eta_seconds() is not None and part.eta_seconds() > 0
+
+
+def test_round_quality_per_round(demo_records):
+    q = round_quality(demo_records.to_dict("records"))
+    assert list(q["round"]) == sorted(demo_records["round"].unique().tolist())
+    r1 = demo_records[demo_records["round"] == 1]
+    assert q.iloc[0]["spearman"] == pytest.approx(spearman(r1["predicted_score"], r1["gflops"]))
+    assert ((q["topk_recall"] >= 0) & (q["topk_recall"] <= 1)).all()
+
+
+# ---------------------------------------------------------------- views and pump
+
+
+def test_one_pump_tick_sends_one_update_per_figure(comm_log, demo_events):
+    dash = Dashboard.replay(DEMO_DB, autopump=False)
+    dash.attach(ReplaySession(DEMO_DB))
+    comm_log.clear()
+    for ev in demo_events:
+        dash.queue.put(ev)
+    assert dash.pump_once() == len(demo_events)
+    # trace creation for the three strategies, then exactly one batched data update per figure
+    tp = figure_updates(comm_log, dash.throughput.fig)
+    cm = figure_updates(comm_log, dash.cost_model.fig)
+    data_updates = [d for _, c, d in comm_log if c is dash.throughput.fig.comm
+                    and d.get("state", {}).get("_py2js_update") is not None]
+    assert len(data_updates) == 1
+    assert len(tp) <= 1 + 12 + 1 and len(cm) <= 1 + 6 + 1  # clear + addTraces per trace + the update
+    n_before = len(comm_log)
+    assert dash.pump_once() == 0
+    assert len(comm_log) == n_before, "an idle tick must send nothing"
+
+
+def test_figure_messages_per_second_are_bounded_under_a_burst(comm_log, demo_events):
+    dash = Dashboard.replay(DEMO_DB, max_hz=4.0, autopump=True)
+    dash.attach(ReplaySession(DEMO_DB))
+    dash._start_pump()
+    comm_log.clear()
+    t0 = time.monotonic()
+    # the whole recorded session, 5 times over 2.5 s: ~200 events/s, far faster than any redraw budget
+    sent = 0
+    for rep in range(5):
+        for ev in demo_events:
+            dash.queue.put(Event(ev.kind, ev.session_id, ev.time, ev.elapsed, ev.data, 0))
+            sent += 1
+            time.sleep(2.5 / (5 * len(demo_events)))
+    time.sleep(0.6)
+    dash._stop_pump()
+    duration = time.monotonic() - t0
+    for fig in (dash.throughput.fig, dash.cost_model.fig):
+        updates = [t for t, c, d in comm_log if c is fig.comm and d.get("state", {}).get("_py2js_update") is not None]
+        assert updates, "the figure was never redrawn"
+        assert len(updates) <= 4 * duration + 1
+        per_second = np.histogram(updates, bins=np.arange(t0, t0 + duration + 1.0, 1.0))[0]
+        assert per_second.max() <= 5, per_second
+    assert dash.ticks <= 4 * duration + 2
+    assert sent > 10 * dash.ticks
+    assert len(dash.model.records) == 5 * 32
+
+
+def test_raw_points_are_capped_and_best_so_far_is_exact(demo_events):
+    dash = fed_dashboard(demo_events, max_points=5)
+    fig, m = dash.throughput.fig, dash.model
+    for i, s in enumerate(m.strategies):
+        raw, best = fig.data[4 * i], fig.data[4 * i + 1]
+        assert len(raw.x) <= 5
+        steps = m.best_steps[s]
+        assert list(best.y[: len(steps)]) == [r["gflops"] for r in steps]
+        assert list(best.x[: len(steps)]) == [r["trial"] for r in steps]
+        assert best.x[-1] == m.last_by_strategy[s]["trial"]  # flat tail up to the latest trial
+        assert "GFLOPS" in best.text[0] and "trial" in best.text[0]
+    assert dash.throughput.points_sent <= 2 * 5 * len(m.strategies) + 2 * sum(len(v) + 1 for v in m.best_steps.values())
+
+
+def test_clicking_a_point_opens_the_inspector(demo_events):
+    dash = fed_dashboard(demo_events)
+    raw = dash.throughput.fig.data[0]  # no-rewrite, vs trial
+    pts = Points(point_inds=[2], xs=[raw.x[2]], ys=[raw.y[2]], trace_name=raw.name, trace_index=0)
+    raw._dispatch_on_click(pts, InputDeviceState())
+    rec = dash.model.record_by_trial(raw.x[2])
+    insp = dash.inspector
+    assert insp.record_id == rec["id"] and dash.tabs.selected_index == 2
+    assert "T.prim_func" in insp.panes[0].value
+    assert "sample_perfect_tile" in insp.panes[1].value and "SamplePerfectTile" in insp.panes[1].value
+    assert "+++ trial" in insp.panes[2].value and "--- best (trial" in insp.panes[2].value
+    assert "no error" in insp.panes[3].value
+    insp.show(dash.model.best["id"])
+    assert "current best" in insp.panes[2].value
+
+
+def test_inspector_shows_the_error_of_a_failed_candidate(tmp_path, demo_events):
+    # The recorded session had no failure; mark one record failed in a copy, as a build error would.
+    db = tmp_path / "failed.db"
+    shutil.copy(DEMO_DB, db)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE records SET error_class='build-error', error_msg='TVMError: vectorize extent 3 <boom>' WHERE trial=7")
+    c.commit()
+    c.close()
+    dash = Dashboard.replay(str(db), autopump=False)
+    dash.attach(ReplaySession(str(db)))
+    for ev in demo_events:
+        dash.queue.put(ev)
+    dash.pump_once()
+    dash.inspector.show_trial(7)
+    assert "build-error" in dash.inspector.header.value
+    assert "vectorize extent 3 &lt;boom&gt;" in dash.inspector.panes[3].value
+    assert dash.inspector.tabs.selected_index == 3
+    dash.inspector.show_trial(999)
+    assert "no measured trial 999" in dash.inspector.header.value
+
+
+def test_records_table_sorts(demo_events, demo_records):
+    dash = fed_dashboard(demo_events)
+    t = dash.table
+    t.sort_by.value, t.ascending.value = "GFLOPS", False
+    assert t.frame().iloc[0]["gflops"] == pytest.approx(demo_records["gflops"].max())
+    t.sort_by.value, t.ascending.value = "latency", True
+    assert t.frame().iloc[0]["latency_ms"] == pytest.approx(demo_records["latency_ms"].min())
+    t.rows.value = 25
+    assert len(t.frame()) == 25
+    assert "<table" in t.html.value and "chosen_by" in t.html.value and "predicted_score" in t.html.value
+
+
+def test_controls_show_status_progress_and_controller(demo_events):
+    dash = fed_dashboard(demo_events[:30])
+    c = dash.controls
+    m = dash.model
+    assert c.progress.value == m.trials_done and c.progress.max == 32
+    assert "ETA ~" in c.eta.value
+    assert "round-robin" in c.arms.value and "no-rewrite" in c.arms.value
+    for ev in demo_events[30:]:
+        dash.queue.put(ev)
+    dash.pump_once()
+    assert "finished" in c.status.value and "best" in c.status.value and "ETA —" in c.eta.value
+    assert c.mode.disabled  # a replay cannot be steered
+
+
+def test_buttons_work_while_a_replay_runs():
+    dash = Dashboard.replay(DEMO_DB, speed=4.0, max_gap=0.2)
+    try:
+        dash.controls.start.click()
+        s = dash.session
+        deadline = time.time() + 20
+        while dash.model.trials_done < 3 and time.time() < deadline:
+            time.sleep(0.05)
+        assert dash.model.trials_done >= 3 and dash.controls.start.disabled
+        dash.controls.pause.click()
+        deadline = time.time() + 10
+        while "paused" not in dash.controls.status.value and time.time() < deadline:
+            time.sleep(0.05)
+        assert dash.model.status == "paused" and ">paused<" in dash.controls.status.value
+        n = dash.model.trials_done
+        time.sleep(0.6)
+        assert dash.model.trials_done == n
+        assert not dash.controls.resume.disabled
+        dash.controls.resume.click()
+        deadline = time.time() + 10
+        while dash.model.trials_done == n and time.time() < deadline:
+            time.sleep(0.05)
+        assert dash.model.trials_done > n
+        dash.controls.stop.click()
+        assert s.wait(10)
+        dash.wait(5)
+        assert dash.model.status == "stopped" and ">stopped<" in dash.controls.status.value
+        assert not dash.controls.start.disabled  # Start replays again
+    finally:
+        dash.close()
+
+
+def test_pump_never_runs_widget_code_on_the_tuning_thread():
+    dash = Dashboard.replay(DEMO_DB, speed=1000.0, max_gap=0.0, autopump=False)
+    threads = set()
+    orig = dash.throughput.refresh
+
+    def spy(model, changes):
+        threads.add(threading.current_thread().name)
+        orig(model, changes)
+
+    dash.throughput.refresh = spy
+    s = dash.start()
+    assert s.wait(20)
+    dash.pump_once()
+    assert threads == {threading.current_thread().name}
+    assert dash.model.trials_done == 32
+
+
+def test_sketch_view_marks_every_open_decision(demo_events):
+    dash = fed_dashboard(demo_events[:1])  # session_started names the workload
+    sv = dash.sketches
+    sketches = sv.load()
+    assert len(sketches) >= 1 and sv.sketch.value == sketches[0].index
+    for sk in sketches:
+        assert len(sampling_lines(sk.trace_unfilled)) == len(sk.decisions) > 0
+    assert sv.body.value.count("# decision") == len(sketches[0].decisions)
+    assert "# decision 0: ?" in sv.body.value
+    sch = None
+    for seed in range(1, 20):
+        sch = sv.annotate(seed)
+        if sch is not None:
+            break
+    assert sch is not None
+    assert ": ?" not in sv.body.value and f"seed {sv.seed.value}" in sv.body.value
+
+
+@pytest.mark.slow
+def test_live_session_through_the_dashboard(tmp_path):
+    """The real engine, 8 trials on matmul-128: Start, Pause, Resume, a manual pick, then a post-hoc view."""
+    dash = Dashboard.for_workload("matmul-128", trials=8, db=str(tmp_path / "live.db"), strategy="all",
+                                  preset_overrides={"trials_per_round": 2})
+    try:
+        dash.controls.start.click()
+        s = dash.session
+        dash.pick("transform-stage")
+        assert s.controller.mode == "manual"
+        deadline = time.time() + 240
+        while dash.model.trials_done < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        dash.controls.pause.click()
+        deadline = time.time() + 120
+        while dash.model.status != "paused" and dash.model.status != "finished" and time.time() < deadline:
+            time.sleep(0.2)
+        assert dash.model.status in ("paused", "finished")
+        dash.controls.resume.click()
+        assert dash.wait(300)
+        m = dash.model
+        assert m.status == "finished" and m.trials_done == 8
+        assert {r["chosen_by"] for r in m.records} == {"user"}
+        assert {r["strategy"] for r in m.records} == {"transform-stage"}
+        assert len(dash.throughput.fig.data[4 * m.strategies.index("transform-stage")].x) == 8
+        post = Dashboard(s, autopump=False)  # a finished session: everything is read back from its store
+        assert post.model.trials_done == 8 and post.model.status == "finished"
+        assert post.controls.start.disabled
+        post.close()
+    finally:
+        dash.close()
