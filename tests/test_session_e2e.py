@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from workbench import RecordStore, TuningSession
+from workbench.program import TunedProgram
 from workbench.workloads import workload_from_spec
 
 from .shapes import SMALL
@@ -29,16 +30,22 @@ def _session(spec, tmp_path, **kw):
 
 @pytest.mark.parametrize("key", ["conv_nhwc", "conv_nchw", "depthwise", "matmul"])
 def test_every_strategy_tunes_and_verifies(key, tmp_path):
-    s = _session(SMALL[key], tmp_path, strategy="all", trials=24)
+    s = _session(SMALL[key], tmp_path, strategy="all", trials=32)
     events = []
     s.subscribe(events.append)
     summ = s.run()
-    assert summ["status"] == "finished" and summ["trials"] == 24
-    for name in ("no-rewrite", "transform-stage", "pre-transformed"):
+    assert summ["status"] == "finished" and summ["trials"] == 32
+    for name in ("no-rewrite", "transform-stage", "pre-transformed", "packed"):
         st = summ["strategies"][name]
         assert st["trials"] == 8
         assert st["verified"], (name, st)
     assert summ["best_latency_ms"] < summ["naive_latency_ms"]
+    # Each strategy's best deploys: compiled from its trace, weights rewritten offline where it says so.
+    w = workload_from_spec(SMALL[key])
+    inputs = w.make_inputs(5)
+    for name in ("no-rewrite", "transform-stage", "pre-transformed", "packed"):
+        prog = TunedProgram.from_store(str(tmp_path / "r.db"), w.name, name)
+        np.testing.assert_allclose(prog(*inputs), w.numpy_reference(inputs), rtol=1e-3, atol=1e-3)
     kinds = [e.kind for e in events]
     for k in ("session_started", "baseline_measured", "round_started", "candidates_proposed",
               "candidate_measured", "new_best", "round_finished", "finished"):

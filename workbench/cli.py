@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--db", default="workbench.db", help="records store (SQLite), created if missing")
     t.add_argument("--resume", action="store_true", help="continue the latest session of this workload in --db")
     t.add_argument("--target", default="host", help="'host' or a JSON object, e.g. '{\"kind\":\"llvm\",\"mcpu\":\"znver4\"}'")
-    t.add_argument("--strategy", default="auto", help="auto | all | NAME[,NAME...] of no-rewrite, transform-stage, pre-transformed")
+    t.add_argument("--strategy", default="auto", help="auto | auto:NAME,NAME... | all | NAME[,NAME...] of no-rewrite, transform-stage, pre-transformed, packed")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("db")
     b.add_argument("workload")
     b.add_argument("--tir", action="store_true", help="also print the program as TVMScript")
+    b.add_argument("--export", metavar="PATH", help="compile the program into a shared library at PATH")
     b.add_argument("--json", action="store_true")
 
     e = sub.add_parser("export", help="export a store to a MetaSchedule JSONDatabase directory")
@@ -237,8 +238,13 @@ def cmd_best(args) -> int:
     sch = space.schedule_from_trace_json(w, b["trace"])
     out = {"workload": w.name, "record_id": b["id"], "strategy": b["strategy"], "latency_ms": b["latency_ms"],
            "gflops": b["gflops"], "verified": bool(b["verified"]), "trace": str(sch.trace)}
-    if args.tir:
-        out["tir"] = sch.mod.script()
+    if args.tir or args.export:
+        from .program import TunedProgram
+
+        prog = TunedProgram.from_store(store, w.name)
+        out["tir"] = prog.tir
+        if args.export:
+            out["exported"] = prog.export(args.export)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -247,8 +253,10 @@ def cmd_best(args) -> int:
     print("# trace")
     print(out["trace"])
     if args.tir:
-        print("# TIR")
+        print("# TIR (the compiled kernel; offline weight rewrites removed)")
         print(out["tir"])
+    if args.export:
+        print(f"# exported to {out['exported']}")
     return 0
 
 

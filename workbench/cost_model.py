@@ -143,15 +143,20 @@ def feature_names(extractor_len: int = 164) -> list[str]:
 
 
 class Featurizer:
-    """PerStoreFeature rows plus the layout-strategy one-hot."""
+    """PerStoreFeature rows plus the layout-strategy one-hot.
 
-    def __init__(self):
+    ``context`` is a TuneContext used only for its thread count: features are
+    extracted on all cores even when the search itself runs on one thread.
+    """
+
+    def __init__(self, context=None):
         from tvm.s_tir import meta_schedule as ms
 
         self.extractor = ms.feature_extractor.PerStoreFeature()
+        self.context = context
 
     def __call__(self, ctx, candidates, strategy: str) -> list[np.ndarray]:
-        raw = self.extractor.extract_from(ctx, candidates)
+        raw = self.extractor.extract_from(self.context or ctx, candidates)
         onehot = np.zeros(N_STRATEGIES, np.float32)
         onehot[layouts.STRATEGY_INDEX[strategy]] = 1.0
         out = []

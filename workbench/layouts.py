@@ -11,6 +11,8 @@ transform-stage    copies the weight into the tiled loop order at the start   ke
                    of every call (a parallel transform stage in the program)  call (honest standalone op)
 pre-transformed    reads weights already rewritten to the tiled order; the    kernel only; the transform
                    rewrite runs once, offline (``deploy_inputs``)             is paid once at deploy
+packed             reads weights packed offline into one fixed blocked layout  kernel only; packing paid
+                   (output channels in blocks of 16/8/4 lanes, innermost)     once at deploy
 =================  =========================================================  ==========================
 
 Each strategy is a set of MetaSchedule postprocessors applied after the
@@ -74,6 +76,73 @@ def _inline_transform_stage():
 
         _INLINE_CLS = InlineTransformStage
     return _INLINE_CLS()
+
+
+def _blocked_map(rank: int, axis: int, b: int):
+    from tvm.tirx import IndexMap
+
+    def f(*i):
+        rest = [i[d] for d in range(rank) if d != axis]
+        return (i[axis] // b, *rest, i[axis] % b)
+
+    return IndexMap.from_func(f, ndim=rank, index_dtype="int32")
+
+
+_PACKED_CLS = None
+PACK_LANES = (16, 8, 4)  # fp32 lanes of AVX-512, AVX2, SSE: the block size is the widest that divides
+
+
+def _packed_weights():
+    """A postproc that packs each weight into a fixed blocked layout, rewritten offline.
+
+    The weight axis that is indexed by an output (spatial) loop, e.g. O of a conv's
+    HWIO/OIHW weight or N of a matmul's KxN weight, is split into blocks of b lanes
+    and the block moved innermost: HWIO -> (O/b)HWI{b}o, OIHW -> (O/b)IHW{b}o,
+    KN -> (N/b)K{b}n. Unlike RewriteLayout's per-candidate layout, this layout is the
+    same for every schedule, as a hand-written packed kernel would use.
+    """
+    global _PACKED_CLS
+    if _PACKED_CLS is None:
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+
+        @derived_object
+        class PackWeights(ms.postproc.PyPostproc):
+            def _initialize_with_tune_context(self, context) -> None:
+                pass
+
+            def apply(self, sch) -> bool:
+                func = sch.mod["main"]
+                free = [int(i) for i in func.attrs["layout_free_buffers"]] if "layout_free_buffers" in func.attrs else []
+                names = {func.params[i].name for i in free}
+                for blk in sch.get_child_blocks(sch.get_sblock("root")):
+                    block = sch.get(blk)
+                    spatial = {iv.var for iv in block.iter_vars if int(iv.iter_type) == 0}
+                    if len(spatial) == len(block.iter_vars):
+                        continue  # only the reduction (anchor) block reads the weight directly
+                    for idx, region in enumerate(block.reads):
+                        if region.source.name not in names:
+                            continue
+                        shape = [int(d) for d in region.source.shape]
+                        axes = [d for d, r in enumerate(region.region) if any(r.min.same_as(v) for v in spatial)]
+                        axis = next((d for d in reversed(axes) for b in PACK_LANES if shape[d] % b == 0 and shape[d] > b), None)
+                        if axis is None:
+                            continue
+                        b = next(b for b in PACK_LANES if shape[axis] % b == 0 and shape[axis] > b)
+                        cached = sch.cache_read(blk, idx, "global")
+                        sch.annotate(cached, PREPROC, True)
+                        rank = len(shape)
+
+                        sch.transform_layout(blk, ("read", idx), _blocked_map(rank, axis, b))
+                        names.discard(region.source.name)
+                        break
+                return True
+
+            def clone(self):
+                return PackWeights()
+
+        _PACKED_CLS = PackWeights
+    return _PACKED_CLS()
 
 
 @dataclass(frozen=True)
@@ -160,8 +229,19 @@ STRATEGIES: dict[str, LayoutStrategy] = {
             lambda: _base_postprocs() + [_rewrite()],
             rewrites_offline=True,
         ),
+        LayoutStrategy(
+            "packed",
+            "weights are packed once, offline, into a fixed blocked layout: the output-channel axis split into "
+            "blocks of 16/8/4 lanes, the block innermost (e.g. HWIO -> O/16 H W I 16o)",
+            "latency of the kernel alone on the packed weights; the one-off packing is not timed",
+            lambda: _base_postprocs() + [_packed_weights()],
+            rewrites_offline=True,
+        ),
     ]
 }
+
+# The arms of `auto`/`all`: Ansor's three LayoutRewriteOptions plus a fixed blocked layout.
+DEFAULT_ARMS = ("no-rewrite", "transform-stage", "pre-transformed", "packed")
 
 # Stable feature positions for the shared cost model: never reorder, only append.
 STRATEGY_INDEX = {name: i for i, name in enumerate(STRATEGIES)}
@@ -174,17 +254,18 @@ def get(name: str) -> LayoutStrategy:
 
 
 def parse_strategies(text, workload=None) -> list[str]:
-    """``auto``/``all``/``NAME[,NAME...]`` -> list of strategy names.
+    """``auto``/``all``/``auto:NAME,NAME...``/``NAME[,NAME...]`` -> list of strategy names.
 
     A workload without constant weights has nothing to rewrite, so every
     strategy collapses to ``no-rewrite``.
     """
     if text in (None, "auto", "all"):
-        names = list(STRATEGIES)
+        names = list(DEFAULT_ARMS)
     elif isinstance(text, (list, tuple)):
         names = list(text)
     else:
-        names = [t.strip() for t in str(text).split(",") if t.strip()]
+        body = str(text)[5:] if str(text).startswith("auto:") else str(text)
+        names = [t.strip() for t in body.split(",") if t.strip()]
     if not names:
         raise WorkbenchError("no layout strategy given; valid: auto, all, " + ", ".join(STRATEGIES))
     for n in names:

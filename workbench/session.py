@@ -46,7 +46,7 @@ def as_workload(w) -> Workload:
 def _mode_for(strategy, names) -> str:
     if len(names) == 1:
         return "fixed"
-    if strategy in (None, "auto"):
+    if strategy in (None, "auto") or (isinstance(strategy, str) and strategy.startswith("auto:")):
         return "auto"
     return "round-robin"
 
@@ -235,7 +235,8 @@ class TuningSession:
         p = self.preset
         self.model = cm.PackSumXGB(seed=self.seed, max_rounds=p.xgb_max_rounds, early_stop=p.xgb_early_stop,
                                    warmup=p.warmup_samples, nthread=tvm_env.available_cores())
-        self.featurizer = cm.Featurizer()
+        self.featurizer = cm.Featurizer(space.tune_context(w, self.target, "no-rewrite", p, self.seed, search=False,
+                                                           threads=tvm_env.available_cores()))
         self._ctx_strategy: dict = {}
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
         self.builder = measure.Builder(self.target_dict, workers=self.builder_workers, timeout=p.build_timeout)

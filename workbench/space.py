@@ -38,7 +38,7 @@ def space_generator(strategy: str, preset: Preset):
         sch_rules="llvm", postprocs=layouts.get(strategy).postprocs(), mutator_probs=mutator_probs(preset))
 
 
-def tune_context(workload, target, strategy: str, preset: Preset, seed: int, search=True):
+def tune_context(workload, target, strategy: str, preset: Preset, seed: int, search=True, threads: int | None = None):
     from tvm.s_tir import meta_schedule as ms
 
     tvm_env.setup()
@@ -51,7 +51,7 @@ def tune_context(workload, target, strategy: str, preset: Preset, seed: int, sea
     return ms.TuneContext(
         mod=workload.mod, target=target, space_generator=space_generator(strategy, preset),
         search_strategy=strat, task_name=f"{workload.name}|{strategy}", rand_state=seed,
-        num_threads=max(1, min(preset.search_threads, tvm_env.available_cores())))
+        num_threads=threads or max(1, min(preset.search_threads, tvm_env.available_cores())))
 
 
 @dataclass

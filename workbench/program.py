@@ -1,0 +1,77 @@
+"""A tuned program, ready to deploy: the best record of a store, compiled.
+
+``TunedProgram.from_store("workbench.db", "resnet18.conv2")`` rebuilds the best
+verified schedule from its trace and compiles it for the session's target.
+Strategies that rewrite weights offline (pre-transformed, packed) compile the
+kernel on rewritten weights; ``transform_weights`` is that one-off rewrite, and
+calling the program applies it for you.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import layouts, space, tvm_env
+from .errors import WorkbenchError
+from .store import RecordStore
+from .workloads import workload_from_spec
+
+
+class TunedProgram:
+    def __init__(self, workload, strategy: str, trace_json: str, target_dict: dict, latency_ms: float | None = None):
+        self.workload = workload
+        self.strategy = strategy
+        self.latency_ms = latency_ms
+        self.target_dict = target_dict
+        self.schedule = space.schedule_from_trace_json(workload, trace_json)
+        self._lib = None
+
+    @classmethod
+    def from_store(cls, db, workload: str, strategy: str | None = None) -> "TunedProgram":
+        store = db if isinstance(db, RecordStore) else RecordStore(db, readonly=True)
+        b = store.best(workload, strategy)
+        if b is None:
+            raise WorkbenchError(f"no verified program for {workload!r}"
+                                 + (f" with strategy {strategy!r}" if strategy else "") + f" in {store.path!r}")
+        sess = store.session(b["session_id"])
+        return cls(workload_from_spec(sess["spec"]), b["strategy"], b["trace"], sess["target"], b["latency_ms"])
+
+    @property
+    def trace(self) -> str:
+        return str(self.schedule.trace)
+
+    @property
+    def kernel_mod(self):
+        """The IRModule that is compiled: offline weight rewrites removed from the program."""
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(self.schedule.mod)
+
+    @property
+    def tir(self) -> str:
+        return self.kernel_mod.script()
+
+    def build(self):
+        import tvm
+
+        if self._lib is None:
+            self._lib = tvm.tirx.build(self.kernel_mod, target=tvm_env.make_target(self.target_dict))
+        return self._lib
+
+    def transform_weights(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return layouts.get(self.strategy).deploy_inputs(self.schedule, self.workload, inputs)
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray:
+        import tvm
+
+        lib = self.build()
+        dev = tvm.cpu()
+        args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in self.transform_weights(list(inputs))]
+        out = tvm.runtime.empty(self.workload.arg_shapes[-1], "float32", dev)
+        lib["main"](*args, out)
+        return out.numpy()
+
+    def export(self, path: str) -> str:
+        """A shared library of the kernel (``tvm.runtime.load_module`` loads it)."""
+        self.build().export_library(path)
+        return path
