@@ -6,7 +6,7 @@ import html
 import math
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-KNOWN = ["no-rewrite", "transform-stage", "pre-transformed"]
+KNOWN = ["no-rewrite", "transform-stage", "pre-transformed", "packed"]  # stable colours across sessions
 
 
 def color_of(strategy: str, strategies: list[str]) -> str:

@@ -6,12 +6,13 @@ import html
 
 import ipywidgets as W
 
+from workbench.layouts import STRATEGIES
 from workbench.presets import PRESETS
 
 from .common import fmt
 from .model import CONTROLLER, STATUS
 
-STRATEGY_SETS = ["auto", "all", "no-rewrite", "transform-stage", "pre-transformed"]
+STRATEGY_SETS = ["auto", "all", *STRATEGIES]
 
 
 class ControlsView:
@@ -37,6 +38,7 @@ class ControlsView:
                                     style={"button_width": "70px"})
         self.pick = W.Dropdown(options=[], description="pick", disabled=True, layout=W.Layout(width="230px"))
         self.status = W.HTML("<b>idle</b>")
+        self.status.add_class("wb-status")  # a stable hook for browser tests
         self.progress = W.IntProgress(value=0, min=0, max=max(1, trials), layout=W.Layout(width="260px"))
         self.eta = W.HTML("")
         self.arms = W.HTML("")

@@ -9,6 +9,7 @@ import threading
 import ipywidgets as W
 
 from workbench import space
+from workbench.layouts import STRATEGIES
 
 SAMPLE_CALL = re.compile(r"sch\.sample_(perfect_tile|categorical|compute_location)\(")
 
@@ -38,7 +39,7 @@ def sketch_html(sketch, filled=None) -> str:
 class SketchView:
     """Loads the design spaces of a workload for one layout strategy on demand (TVM work, ~0.01-1 s)."""
 
-    def __init__(self, workload_of, strategies=("no-rewrite", "transform-stage", "pre-transformed")):
+    def __init__(self, workload_of, strategies=tuple(STRATEGIES)):
         self.workload_of = workload_of
         self.strategy = W.Dropdown(options=list(strategies), description="strategy", layout=W.Layout(width="260px"))
         self.load_button = W.Button(description="Load design spaces", layout=W.Layout(width="170px"))
