@@ -42,6 +42,11 @@ def lab(tmp_path):
            "--ServerApp.port_retries=0"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
+    # no "Jupyter news?" toast over the dashboard (and no network calls for it)
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(tmp_path / "settings")
     log = open(tmp_path / "jupyter.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -91,7 +96,7 @@ def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
     os.makedirs(ARTIFACTS, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
         try:
             page.goto(f"{url}/lab/tree/01_quickstart.ipynb?token={token}&reset")
             page.wait_for_selector(".jp-Notebook", timeout=90_000)
@@ -120,6 +125,8 @@ def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
             first = _wait(points, 240, "the throughput curves to show measured points")
             more = _wait(lambda: points() > first and points(), 240, "more points while tuning")
             assert more > first
+            # a fuller picture for the screenshot: about 16 trials (two points each, plus the best-so-far markers)
+            _wait(lambda: points() >= 40, 240, "some 16 trials on the curves")
             dash.scroll_into_view_if_needed()
             mid = os.path.join(ARTIFACTS, "dashboard-mid-tuning.png")
             dash.screenshot(path=mid)

@@ -40,7 +40,7 @@ class ControlsView:
         self.status = W.HTML("<b>idle</b>")
         self.status.add_class("wb-status")  # a stable hook for browser tests
         self.progress = W.IntProgress(value=0, min=0, max=max(1, trials), layout=W.Layout(width="260px"))
-        self.eta = W.HTML("")
+        self.eta = W.HTML("", layout=W.Layout(min_width="180px"))
         self.arms = W.HTML("")
         self.widget = W.VBox([
             W.HBox([self.start, self.pause, self.resume, self.stop, self.trials, self.preset, self.strategy_set]),
@@ -88,8 +88,8 @@ class ControlsView:
             self.progress.max = max(1, total)
             self.progress.value = min(model.trials_done, self.progress.max)
             eta = model.eta_seconds()
-            self.eta.value = (f"{model.trials_done}/{total} trials · "
-                              f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}")
+            self.eta.value = (f"<span style='white-space:nowrap'>{model.trials_done}/{total} trials · "
+                              f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}</span>")
             self.status.value = self._status_html(model, status, paused, request, session)
             self._syncing = True
             try:
