@@ -39,11 +39,11 @@ FIXED = ["no-rewrite", "transform-stage", "pre-transformed"]
 PAPER = {"no-rewrite": 13.81, "transform-stage": 12.41, "pre-transformed": 16.59}  # abstract; mapping inferred
 
 
-def tune(layer, method, trials, seed, db, arms):
+def tune(layer, method, trials, seed, db, arms, per_round):
     from workbench import TuningSession
 
     strategy = "auto:" + ",".join(arms) if method == "adaptive" else method
-    s = TuningSession(layer, trials=trials, seed=seed, db=db, strategy=strategy)
+    s = TuningSession(layer, trials=trials, seed=seed, db=db, strategy=strategy, trials_per_round=per_round)
     t = time.time()
     summ = s.run()
     rec = s.records()
@@ -112,6 +112,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--trials", type=int, default=128)
+    ap.add_argument("--trials-per-round", type=int, default=8,
+                    help="batch size for every method (small, so the adaptive controller gets rounds after warm-up)")
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--layers", default=None, help="comma list of workload names")
@@ -136,7 +138,7 @@ def main():
         for seed in seeds:
             for m in methods:
                 print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}", file=sys.stderr, flush=True)
-                runs[(layer, seed, m)] = tune(layer, m, args.trials, seed, args.db, arms)
+                runs[(layer, seed, m)] = tune(layer, m, args.trials, seed, args.db, arms, args.trials_per_round)
     store = RecordStore(args.db, readonly=True)
     entries = []
     for (layer, seed, m), r in runs.items():
@@ -163,7 +165,8 @@ def main():
     vs_best_fixed = [best_fixed[l] / per_layer[l]["adaptive"] for l in layers if per_layer[l]["adaptive"]]
     alloc = {l: runs[(l, seeds[0], "adaptive")]["alloc"] for l in layers}
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "trials": args.trials, "seeds": seeds, "layers": layers,
+        "date": time.strftime("%Y-%m-%d %H:%M"), "trials": args.trials, "trials_per_round": args.trials_per_round,
+        "seeds": seeds, "layers": layers,
         "arms": arms, "repeats": args.repeats, "target": tvm_env.host_target_dict(),
         "latency_ms": {l: per_layer[l] for l in layers}, "improvement_of_adaptive": improvement,
         "adaptive_vs_best_fixed_geomean_pct": 100 * (geomean(vs_best_fixed) - 1) if vs_best_fixed else None,
@@ -204,11 +207,11 @@ def _write_md(res, args):
     L = ["# AL-Ansor reproduction: adaptive weight-layout strategy vs fixed strategies", "",
          f"Measured {res['date']} on this machine ({res['target']['mcpu']}, {res['target']['num-cores']} cores). "
          f"{len(res['layers'])} ResNet-18 conv layers (NHWC, batch 1), {res['trials']} trials per method and layer, "
-         f"seeds {res['seeds']}, preset `quick`. Adaptive arms: {', '.join(res['arms'])}. Each method's best program "
+         f"seeds {res['seeds']}, preset `quick` with {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. Each method's best program "
          f"was rebuilt from its trace and re-measured {res['repeats']}x, all methods interleaved in shuffled order; "
          "the median is shown (geometric mean over seeds). Latencies are deployment latencies: transform-stage "
          "includes its weight copy on every call, the others transform weights once, offline. Produced by "
-         f"`python benchmarks/al_ansor.py{' --full' if args.full else ''}` in {res['wall_seconds'] / 60:.0f} min.", "",
+         f"`python {' '.join(sys.argv)}` in {res['wall_seconds'] / 60:.0f} min.", "",
          "## Latency per layer (ms, lower is better)", "",
          "| layer | no-rewrite | transform-stage | pre-transformed | adaptive | adaptive's winner |", "|---|---|---|---|---|---|"]
     for l in res["layers"]:

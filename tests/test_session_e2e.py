@@ -30,14 +30,14 @@ def _session(spec, tmp_path, **kw):
 
 @pytest.mark.parametrize("key", ["conv_nhwc", "conv_nchw", "depthwise", "matmul"])
 def test_every_strategy_tunes_and_verifies(key, tmp_path):
-    s = _session(SMALL[key], tmp_path, strategy="all", trials=32)
+    s = _session(SMALL[key], tmp_path, strategy="all", trials=16, trials_per_round=4)
     events = []
     s.subscribe(events.append)
     summ = s.run()
-    assert summ["status"] == "finished" and summ["trials"] == 32
+    assert summ["status"] == "finished" and summ["trials"] == 16
     for name in ("no-rewrite", "transform-stage", "pre-transformed", "packed"):
         st = summ["strategies"][name]
-        assert st["trials"] == 8
+        assert st["trials"] == 4
         assert st["verified"], (name, st)
     assert summ["best_latency_ms"] < summ["naive_latency_ms"]
     # Each strategy's best deploys: compiled from its trace, weights rewritten offline where it says so.
