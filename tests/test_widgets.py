@@ -384,3 +384,19 @@ def test_live_session_through_the_dashboard(tmp_path):
         post.close()
     finally:
         dash.close()
+
+
+def test_dashboard_follows_a_session_started_by_user_code():
+    s = ReplaySession(DEMO_DB, speed=1000.0, max_gap=0.0)
+    dash = Dashboard(s)  # watching, not owning: no factory, so nothing to configure
+    try:
+        assert dash.controls.trials.disabled
+        s.start()
+        assert s.wait(20)
+        deadline = time.time() + 5
+        while ">finished<" not in dash.controls.status.value and time.time() < deadline:
+            time.sleep(0.05)
+        assert dash.model.status == "finished" and dash.model.trials_done == 32
+        assert dash.controls.progress.value == 32 and ">finished<" in dash.controls.status.value
+    finally:
+        dash.close()

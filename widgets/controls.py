@@ -95,6 +95,8 @@ class ControlsView:
             try:
                 if list(self.pick.options) != list(model.strategies):
                     self.pick.options = list(model.strategies)
+                if self.pick.value is None and model.strategies:
+                    self.pick.value = model.strategies[0]
                 steerable = ctrl is not None and running and len(model.strategies) > 1
                 self.mode.disabled = not steerable
                 self.pick.disabled = not steerable or self.mode.value != "manual"

@@ -134,7 +134,8 @@ class Dashboard:
                     self.queue.put(Event(e["kind"], session.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
             self._ui_dirty.set()
         self.pump_once()
-        if self.autopump and session.status in ("running", "paused"):
+        if self.autopump and not self.model.terminal:
+            # also for a session not started yet: user code may call session.start() itself
             self._start_pump()
 
     def _store_of(self) -> RecordStore:
