@@ -217,7 +217,7 @@ def _write_md(res, args):
     for l in res["layers"]:
         p = res["latency_ms"][l]
         L.append(f"| {l} | {_fmt(p['no-rewrite'])} | {_fmt(p['transform-stage'])} | {_fmt(p['pre-transformed'])} | "
-                 f"**{_fmt(p['adaptive'])}** | {res['winner_strategy'].get(f'{l}|{res['seeds'][0]}|adaptive')} |")
+                 f"**{_fmt(p['adaptive'])}** | {res['winner_strategy'].get(l + '|' + str(res['seeds'][0]) + '|adaptive')} |")
     L += ["", "## Improvement of adaptive over each fixed strategy", "",
           "`lat_fixed / lat_adaptive - 1`, over layers.", "",
           "| vs fixed strategy | mean | geomean | layers where adaptive is faster | paper (abstract) |", "|---|---|---|---|---|"]

@@ -26,6 +26,7 @@ import numpy as np
 from . import layouts
 
 N_STRATEGIES = len(layouts.STRATEGY_INDEX)
+N_FEATURES = 164 + N_STRATEGIES  # TVM's PerStoreFeature row, then the strategy one-hot
 
 
 def _segment_sum(values, seg_ids, n):

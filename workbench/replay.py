@@ -82,6 +82,10 @@ class ReplaySession:
         df = self.store.records(session_id=self.session_id, with_trace=with_trace)
         return df[df["id"] <= self._last_record_id].reset_index(drop=True) if len(df) else df
 
+    def _trials_done(self) -> int:
+        return int(self.store.conn.execute("SELECT COUNT(*) FROM records WHERE session_id=? AND id<=?",
+                                           (self.session_id, self._last_record_id)).fetchone()[0])
+
     def _loop(self):
         self.status = "running"
         prev = None
@@ -90,16 +94,23 @@ class ReplaySession:
                 break
             if not self._running.is_set():
                 self.status = "paused"
-                self._bus.emit(Event("paused", self.session_id, time.time(), e["elapsed"], {"replay": True}))
+                self._bus.emit(Event("paused", self.session_id, time.time(), e["elapsed"],
+                                     {"trials_done": self._trials_done(), "replay": True}))
                 self._running.wait()
                 if self._stop.is_set():
                     break
                 self.status = "running"
-                self._bus.emit(Event("resumed", self.session_id, time.time(), e["elapsed"], {"replay": True}))
+                self._bus.emit(Event("resumed", self.session_id, time.time(), e["elapsed"],
+                                     {"trials_done": self._trials_done(), "replay": True}))
             if prev is not None:
                 time.sleep(min(self.max_gap, max(0.0, e["elapsed"] - prev) / self.speed))
             prev = e["elapsed"]
             if e["kind"] == "candidate_measured":
                 self._last_record_id = e["data"]["record"]["id"]
             self._bus.emit(Event(e["kind"], self.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
-        self.status = "stopped" if self._stop.is_set() else "finished"
+        if self._stop.is_set():
+            self.status = "stopped"
+            self._bus.emit(Event("stopped", self.session_id, time.time(), prev or 0.0,
+                                 {"trials_done": self._trials_done(), "replay": True}))
+        else:
+            self.status = "finished"

@@ -59,7 +59,6 @@ class Decision:
     kind: str  # SamplePerfectTile | SampleCategorical | SampleComputeLocation
     attrs: str  # e.g. "n=4, max_innermost_factor=64"
     value: object  # the sampled decision (None when unfilled)
-    line: str  # the trace line that samples it
 
 
 @dataclass
@@ -83,7 +82,7 @@ def decisions_of(trace) -> list[Decision]:
         if inst.kind.name in SAMPLING_KINDS:
             d = decs.get(inst) if inst in decs else None
             attrs = ", ".join(str(a) for a in inst.attrs)
-            out.append(Decision(inst.kind.name, attrs, None if d is None else _to_py(d), ""))
+            out.append(Decision(inst.kind.name, attrs, None if d is None else _to_py(d)))
     return out
 
 
