@@ -214,3 +214,34 @@ def verify(out: np.ndarray, ref: np.ndarray) -> tuple[bool, str]:
     err = np.abs(out.astype(np.float64) - ref)
     ok = bool(np.all(err <= 1e-3 * np.abs(ref) + 1e-3 * scale))
     return ok, f"max abs error {err.max():.3g} (scale {scale:.3g})"
+
+
+def naive_and_reference(workload, builder: Builder, runner: Runner, inputs: list, timeout: float = 600.0,
+                        need_latency: bool = True):
+    """(naive latency ms or None, reference output) for a workload.
+
+    The naive program is the unscheduled PrimFunc built by TVM; it is timed with
+    one call (it can be slow) and, for workloads without a NumPy reference, its
+    output on ``inputs`` is the reference.
+    """
+    need_output = workload.reference_kind == "tvm-naive"
+    if not need_latency and not need_output:
+        return None, workload.numpy_reference(inputs)
+    [b] = builder.build([workload.mod])
+    if b.path is None:
+        raise RuntimeError(f"the naive program of {workload.name} does not build: {b.error_msg}")
+    try:
+        naive_ms = None
+        if need_latency:
+            r = runner.run(b.path, workload.arg_shapes, timeout=timeout, number=1, repeat=1, min_repeat_ms=0)
+            if r.latency_s is None:
+                raise RuntimeError(f"the naive program of {workload.name} failed to run: {r.error_msg}")
+            naive_ms = r.latency_s * 1e3
+        if need_output:
+            out, _cls, msg = runner.compute(b.path, inputs, workload.arg_shapes[-1], timeout=timeout)
+            if out is None:
+                raise RuntimeError(f"the naive program of {workload.name} failed to compute a reference: {msg}")
+            return naive_ms, out.astype(np.float64)
+        return naive_ms, workload.numpy_reference(inputs)
+    finally:
+        builder.discard(b.path)
