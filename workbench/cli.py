@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the latest session of this workload in --db")
     t.add_argument("--target", default="host", help="'host' or a JSON object, e.g. '{\"kind\":\"llvm\",\"mcpu\":\"znver4\"}'")
     t.add_argument("--strategy", default="auto", help="auto | auto:NAME,NAME... | all | NAME[,NAME...] of no-rewrite, transform-stage, pre-transformed, packed")
+    t.add_argument("--runner", default="local",
+                   help="where candidates are timed: local (default) or rpc://HOST:PORT/KEY, the servers registered "
+                        "under KEY at a TVM RPC tracker (see README, 'Measuring over RPC')")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -141,16 +144,20 @@ def cmd_tune(args) -> int:
     workload = _resolve_tune_workload(args)
     presets.get(args.preset)
     tvm_env.parse_target(args.target)
+    if args.runner != "local":
+        from .rpc import parse_runner_url
+
+        parse_runner_url(args.runner)
     store = RecordStore(args.db)
     if args.resume:
         row = store.latest_session(workload.name)
         if row is None:
             raise WorkbenchError(f"nothing to resume: {args.db!r} has no session for {workload.name!r}")
-        session = TuningSession.resume(store, session_id=row["id"], trials=args.trials)
+        session = TuningSession.resume(store, session_id=row["id"], trials=args.trials, runner=args.runner)
     else:
         overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
         session = TuningSession(workload, target=args.target, trials=args.trials or 64, preset=args.preset, seed=args.seed,
-                                db=store, strategy=args.strategy, **overrides)
+                                db=store, strategy=args.strategy, runner=args.runner, **overrides)
 
     bar = None
     if not args.quiet:

@@ -15,6 +15,8 @@ Kinds and their ``data``:
   model_trained        round, n_samples, seconds, boost_rounds
   controller_decision  round, strategy, chosen_by, mode, scores, reason, pruned
   paused / resumed     trials_done
+  runner_health        server ("host:port"), state ("busy" | "idle" | "timeout" | "lost"), measured, errors,
+                       timeouts, retried, in_flight; optionally seconds, message, retrying (RPC runner only)
   stopped / finished   trials_done, best_latency_ms, summary
   failed               message (an unexpected error ended the session; records so far are kept)
 """

@@ -54,7 +54,7 @@ def _mode_for(strategy, names) -> str:
 class TuningSession:
     def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
                  db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
-                 _resume: dict | None = None, **preset_overrides):
+                 runner=None, _resume: dict | None = None, **preset_overrides):
         self.workload = as_workload(workload)
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
             raise WorkbenchError(f"trials must be a positive integer, got {trials!r}")
@@ -66,6 +66,13 @@ class TuningSession:
         self.seed = seed
         self.strategies = layouts.parse_strategies(strategy, self.workload)
         self.controller = StrategyController(self.strategies, _mode_for(strategy, self.strategies))
+        # RPC: runner="rpc://HOST:PORT/KEY" (or any object with measure.Runner's methods); checked before
+        # a session row exists, so an unreachable tracker leaves nothing behind.
+        if runner is not None and runner != "local" and isinstance(runner, str):
+            from . import rpc
+
+            rpc.check_runner(runner)
+        self.runner_spec = runner
         self.store = db if isinstance(db, RecordStore) else RecordStore(db)
         self.db_path = self.store.path
         self.builder_workers = builder_workers or min(2, tvm_env.available_cores())
@@ -240,8 +247,7 @@ class TuningSession:
         self._ctx_strategy: dict = {}
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
         self.builder = measure.Builder(self.target_dict, workers=self.builder_workers, timeout=p.build_timeout)
-        self.runner = measure.Runner(int(self.target_dict["num-cores"]), timeout=p.run_timeout, number=p.number,
-                                     repeat=p.repeat, min_repeat_ms=p.min_repeat_ms)
+        self.runner = self._make_runner(p)
         self.inputs = w.make_inputs(seed=1234)
         self.out_shape = w.arg_shapes[-1]
         self._measured_hashes: set = set()
@@ -266,6 +272,19 @@ class TuningSession:
         self._baseline_and_reference()
         if prior:
             self._restore(prior)
+
+    def _make_runner(self, p):
+        spec = self.runner_spec
+        if spec is None or spec == "local":
+            return measure.Runner(int(self.target_dict["num-cores"]), timeout=p.run_timeout, number=p.number,
+                                  repeat=p.repeat, min_repeat_ms=p.min_repeat_ms)
+        if isinstance(spec, str):
+            from . import rpc
+
+            # Health arrives on this (the tuning) thread, so it is stored and emitted like any event.
+            return rpc.RPCRunner(spec, timeout=p.run_timeout, number=p.number, repeat=p.repeat,
+                                 min_repeat_ms=p.min_repeat_ms, on_health=lambda d: self._emit("runner_health", **d))
+        return spec
 
     def _strategy_of_ctx(self, ctx) -> str:
         return self._ctx_strategy[str(ctx.task_name)]
@@ -332,7 +351,7 @@ class TuningSession:
     def _teardown(self) -> None:
         for name in ("builder", "runner"):
             obj = getattr(self, name, None)
-            if obj is not None:
+            if obj is not None and not (name == "runner" and obj is self.runner_spec):  # the caller's own runner
                 try:
                     obj.close()
                 except Exception:
@@ -419,21 +438,29 @@ class TuningSession:
         measured_c, results = [], []
         round_best = None
         errors = 0
+        def measured(i, run_result=None):
+            nonlocal errors, round_best
+            (c, h, _), b = props[i], builds[i]
+            rec = self._measure_one(strategy, chosen_by, c, h, b, float(preds[i]), feats[i], t_prop, run_result)
+            measured_c.append(c)
+            ok = rec["error_class"] is None
+            errors += not ok
+            results.append(ms.runner.RunnerResult(rec["run_secs"] if ok else None,
+                                                  None if ok else (rec["error_msg"] or rec["error_class"])))
+            if ok:
+                round_best = min(round_best or math.inf, rec["latency_ms"] / 1e3)
+                db, wl = self.ms_dbs[strategy]
+                db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, wl, rec["run_secs"], self.target,
+                                                                 c.args_info))
+
         try:
-            for i, ((c, h, _), b) in enumerate(zip(props, builds)):
-                if not self._wait_if_paused():
-                    break
-                rec = self._measure_one(strategy, chosen_by, c, h, b, float(preds[i]), feats[i], t_prop)
-                measured_c.append(c)
-                ok = rec["error_class"] is None
-                errors += not ok
-                results.append(ms.runner.RunnerResult(rec["run_secs"] if ok else None,
-                                                      None if ok else (rec["error_msg"] or rec["error_class"])))
-                if ok:
-                    round_best = min(round_best or math.inf, rec["latency_ms"] / 1e3)
-                    db, wl = self.ms_dbs[strategy]
-                    db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, wl, rec["run_secs"], self.target,
-                                                                     c.args_info))
+            if hasattr(self.runner, "run_many"):
+                self._measure_batch(props, builds, measured)
+            else:
+                for i in range(len(props)):
+                    if not self._wait_if_paused():
+                        break
+                    measured(i)
         finally:
             for b in builds:
                 self.builder.discard(b.path)
@@ -453,12 +480,34 @@ class TuningSession:
                    pruned=pruned, controller=self.controller.state())
         return len(measured_c)
 
-    def _measure_one(self, strategy, chosen_by, c, h, b, pred, feats, t_prop) -> dict:
+    def _measure_batch(self, props, builds, measured) -> None:
+        """Several candidates in flight at once (an RPC runner's servers); each is recorded as it finishes."""
+        built = [i for i, b in enumerate(builds) if b.path is not None]
+        for i, b in enumerate(builds):
+            if b.path is None:
+                if not self._wait_if_paused():
+                    return
+                measured(i)
+        if self._stop.is_set():
+            return
+
+        def proceed():  # on the runner's threads: hold new candidates while paused, none after stop
+            self._running.wait()
+            return not self._stop.is_set()
+
+        def on_result(k, r):
+            measured(built[k], r)
+            self._wait_if_paused()
+
+        items = [(builds[i].path, [tuple(int(x) for x in a.shape) for a in props[i][0].args_info]) for i in built]
+        self.runner.run_many(items, on_result=on_result, proceed=proceed)
+
+    def _measure_one(self, strategy, chosen_by, c, h, b, pred, feats, t_prop, run_result=None) -> dict:
         w = self.workload
         shapes = [tuple(int(x) for x in a.shape) for a in c.args_info]
         run_secs, err_cls, err_msg, verified = [], b.error_class, b.error_msg, False
         if b.path is not None:
-            r = self.runner.run(b.path, shapes)
+            r = run_result if run_result is not None else self.runner.run(b.path, shapes)
             run_secs, err_cls, err_msg = r.run_secs, r.error_class, r.error_msg
         lat = float(np.median(run_secs)) if run_secs and err_cls is None else None
         s_best = self.best_by_strategy.get(strategy)
