@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import sys
 
 from .errors import WorkbenchError
@@ -301,6 +302,10 @@ def main(argv=None) -> int:
         return COMMANDS[args.cmd](args)
     except WorkbenchError as e:
         sys.stderr.write(f"workbench: error: {e}\n")
+        return EXIT_USER
+    except sqlite3.DatabaseError as e:  # a damaged store can read fine until the damaged page is reached
+        where = getattr(args, "db", None) or getattr(args, "source", None)
+        sys.stderr.write(f"workbench: error: records store {where!r} is damaged: {e}\n")
         return EXIT_USER
     except BrokenPipeError:
         os._exit(0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 
@@ -62,6 +63,7 @@ class TuningSession:
             raise WorkbenchError(f"seed must be an integer, got {seed!r}")
         self.target_dict = tvm_env.parse_target(target)
         self.preset = presets.get(preset, **preset_overrides)
+        _check_fits_in_memory(self.workload)
         self.trials = trials
         self.seed = seed
         self.strategies = layouts.parse_strategies(strategy, self.workload)
@@ -546,6 +548,16 @@ class TuningSession:
             self._emit("new_best", record_id=rec["id"], trial=rec["trial"], strategy=strategy,
                        latency_ms=rec["latency_ms"], gflops=rec["gflops"], verified=True)
         return rec
+
+
+def _check_fits_in_memory(w: Workload) -> None:
+    # A spec can be valid yet need more memory than the machine has for its inputs (found by a random-spec
+    # test): refuse it with one line rather than fail deep in the first round.
+    need = sum(math.prod(s) for s in w.arg_shapes) * 4
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have // 2:
+        raise WorkbenchError(f"workload {w.name!r} needs {need / 2**30:.3g} GiB for its arguments; this machine has "
+                             f"{have / 2**30:.3g} GiB of memory")
 
 
 def _strategy_arg(strategy) -> str:

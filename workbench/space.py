@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 
 from . import layouts, tvm_env
+from .errors import WorkbenchError
 from .presets import Preset
 
 SAMPLING_KINDS = ("SamplePerfectTile", "SampleCategorical", "SampleComputeLocation")
@@ -154,7 +155,12 @@ def schedule_from_trace_json(workload, trace_json: str):
     import tvm
 
     sch = Schedule(workload.mod)
-    Trace.apply_json_to_schedule(tvm.ir.load_json(trace_json), sch)
+    try:
+        Trace.apply_json_to_schedule(tvm.ir.load_json(trace_json), sch)
+    except Exception as e:  # a damaged or foreign store: its text is never run, only parsed, and this fails
+        last = [ln for ln in str(e).splitlines() if ln.strip()]
+        raise WorkbenchError(f"unreadable trace for {workload.name!r} in the records store: "
+                             f"{type(e).__name__}: {last[-1][:200] if last else ''}") from None
     return sch
 
 

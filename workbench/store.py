@@ -297,8 +297,9 @@ class RecordStore:
 def _features(blob, rows):
     if blob is None:
         return None
-    a = np.frombuffer(blob, dtype=np.float32)
-    return a.reshape(rows, -1)
+    if not isinstance(blob, bytes) or not rows or len(blob) % (4 * rows):
+        raise WorkbenchError("a record's features are not float32 rows: the store is damaged or not a workbench store")
+    return np.frombuffer(blob, dtype=np.float32).reshape(rows, -1)
 
 
 def _session_row(r) -> dict:

@@ -24,6 +24,7 @@ from .errors import WorkbenchError
 SAMPLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_workloads")
 
 EPILOGUES = ("bias", "bn", "relu", "add")
+MAX_DIM = 2**31 - 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,6 +337,8 @@ def _normalize_params(name: str, op: OpDef, params) -> dict:
                 lo = 0 if p.kind == "nonneg" else 1
                 if x < lo:
                     _fail(f"workload {name!r}: parameter {p.name!r}={x} must be >= {lo}")
+                if x > MAX_DIM:  # TVM indexes buffers with int32 by default; beyond that it overflows or refuses
+                    _fail(f"workload {name!r}: parameter {p.name!r}={x} is too large (at most {MAX_DIM})")
             if p.kind == "size_or_pair" and isinstance(v, list):
                 v = v if v[0] != v[1] else v[0]
                 if isinstance(v, list) and p.name == "stride":
@@ -506,7 +509,7 @@ def workload_from_spec(spec, source: str = "") -> Workload:
     if unknown:
         _fail(f"workload {name!r}: unknown key {unknown[0]!r}; valid keys: name, op, params, epilogue, weight")
     op = spec.get("op")
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         _fail(f"workload {name!r}: unknown op {op!r}; valid ops: {', '.join(sorted(OPS))}")
     opdef = OPS[op]
     params = _normalize_params(name, opdef, spec.get("params", {}))
