@@ -39,11 +39,12 @@ FIXED = ["no-rewrite", "transform-stage", "pre-transformed"]
 PAPER = {"no-rewrite": 13.81, "transform-stage": 12.41, "pre-transformed": 16.59}  # abstract; mapping inferred
 
 
-def tune(layer, method, trials, seed, db, arms, per_round):
+def tune(layer, method, trials, seed, db, arms, per_round, target):
     from workbench import TuningSession
 
     strategy = "auto:" + ",".join(arms) if method == "adaptive" else method
-    s = TuningSession(layer, trials=trials, seed=seed, db=db, strategy=strategy, trials_per_round=per_round)
+    s = TuningSession(layer, trials=trials, seed=seed, db=db, strategy=strategy, trials_per_round=per_round,
+                      target=target)
     t = time.time()
     summ = s.run()
     rec = s.records()
@@ -61,7 +62,32 @@ def _curve(rec):
     return out
 
 
-def remeasure(entries, repeats, db):
+def collect(db):
+    """Runs of a (possibly interrupted) benchmark store: the layers whose four methods all finished."""
+    from workbench import RecordStore
+
+    store = RecordStore(db, readonly=True)
+    runs = {}
+    for sess in store.sessions():
+        if sess["status"] != "finished":
+            continue
+        m = "adaptive" if sess["strategy_arg"].startswith("auto") else sess["strategy_arg"]
+        rec = store.records(session_id=sess["id"])
+        elapsed = float(rec["elapsed_s"].max()) if len(rec) else 0.0
+        runs[(sess["workload"], sess["seed"], m)] = {"target": sess["target"],
+            "session_id": sess["id"], "seconds": elapsed, "alloc": rec.groupby("strategy").size().to_dict(),
+            "curve": _curve(rec), "trials": len(rec)}
+    complete = {}
+    for (layer, seed, m) in runs:
+        complete.setdefault((layer, seed), set()).add(m)
+    keep = {k for k, ms_ in complete.items() if ms_ >= set(FIXED + ["adaptive"])}
+    runs = {k: v for k, v in runs.items() if (k[0], k[1]) in keep}
+    layers = list(dict.fromkeys(k[0] for k in runs))
+    seeds = sorted({k[1] for k in runs})
+    return runs, layers, seeds
+
+
+def remeasure(entries, repeats, target):
     """entries: list of (key, workload, record) -> {key: median latency ms}, interleaved and shuffled."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.s_tir import meta_schedule as ms
@@ -69,7 +95,6 @@ def remeasure(entries, repeats, db):
     from workbench import measure, space, tvm_env
     from workbench.workloads import registry
 
-    target = tvm_env.host_target_dict()
     builder = measure.Builder(target, workers=2)
     runner = measure.Runner(target["num-cores"], number=3, repeat=3, min_repeat_ms=50)
     strip = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)
@@ -119,6 +144,11 @@ def main():
     ap.add_argument("--layers", default=None, help="comma list of workload names")
     ap.add_argument("--with-packed", action="store_true", help="give the adaptive controller the packed arm too")
     ap.add_argument("--db", default=os.path.join(ROOT, "benchmarks", "out", "al_ansor.db"))
+    ap.add_argument("--threads", type=int, default=None,
+                    help="cores for tuning and timing (default: all). 1 keeps timings honest on a shared machine: "
+                         "a parallel kernel stalls whenever another process takes one of its cores")
+    ap.add_argument("--report-only", action="store_true",
+                    help="no tuning: report on the layers whose four methods all finished in --db")
     args = ap.parse_args()
 
     from workbench import RecordStore, tvm_env
@@ -129,16 +159,22 @@ def main():
     seeds = list(range(args.seeds or (3 if args.full else 1)))
     arms = FIXED + (["packed"] if args.with_packed else [])
     methods = FIXED + ["adaptive"]
-    os.makedirs(os.path.dirname(args.db), exist_ok=True)
-    if os.path.exists(args.db):
-        os.remove(args.db)
-    runs = {}
+    target = tvm_env.host_target_dict(args.threads)
     t0 = time.time()
-    for layer in layers:
-        for seed in seeds:
-            for m in methods:
-                print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}", file=sys.stderr, flush=True)
-                runs[(layer, seed, m)] = tune(layer, m, args.trials, seed, args.db, arms, args.trials_per_round)
+    if args.report_only:
+        runs, layers, seeds = collect(args.db)
+        target = next(iter(runs.values()))["target"]
+    else:
+        os.makedirs(os.path.dirname(args.db), exist_ok=True)
+        if os.path.exists(args.db):
+            os.remove(args.db)
+        runs = {}
+        for layer in layers:
+            for seed in seeds:
+                for m in methods:
+                    print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}", file=sys.stderr, flush=True)
+                    runs[(layer, seed, m)] = tune(layer, m, args.trials, seed, args.db, arms, args.trials_per_round,
+                                                  target)
     store = RecordStore(args.db, readonly=True)
     entries = []
     for (layer, seed, m), r in runs.items():
@@ -149,7 +185,7 @@ def main():
             entries.append(((layer, seed, m), layer, {"trace": best["trace"], "strategy": best["strategy"]}))
             r["best_strategy"] = best["strategy"]
     print(f"[{time.time() - t0:7.0f}s] re-measuring {len(entries)} winners x {args.repeats}", file=sys.stderr)
-    lat = remeasure(entries, args.repeats, args.db)
+    lat = remeasure(entries, args.repeats, target)
 
     per_layer = {}
     for layer in layers:
@@ -164,10 +200,13 @@ def main():
     best_fixed = {l: min(per_layer[l][f] for f in FIXED if per_layer[l][f]) for l in layers}
     vs_best_fixed = [best_fixed[l] / per_layer[l]["adaptive"] for l in layers if per_layer[l]["adaptive"]]
     alloc = {l: runs[(l, seeds[0], "adaptive")]["alloc"] for l in layers}
+    if args.report_only:
+        args.trials = max(r["trials"] for r in runs.values())
+        arms = sorted({s for r in runs.values() for s in r["alloc"]}, key=lambda s: (FIXED + ["packed"]).index(s))
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M"), "trials": args.trials, "trials_per_round": args.trials_per_round,
         "seeds": seeds, "layers": layers,
-        "arms": arms, "repeats": args.repeats, "target": tvm_env.host_target_dict(),
+        "arms": arms, "repeats": args.repeats, "target": target,
         "latency_ms": {l: per_layer[l] for l in layers}, "improvement_of_adaptive": improvement,
         "adaptive_vs_best_fixed_geomean_pct": 100 * (geomean(vs_best_fixed) - 1) if vs_best_fixed else None,
         "allocation": alloc, "winner_strategy": {f"{k[0]}|{k[1]}|{k[2]}": v.get("best_strategy") for k, v in runs.items()},
@@ -205,7 +244,7 @@ def _fmt(x, d=3):
 
 def _write_md(res, args):
     L = ["# AL-Ansor reproduction: adaptive weight-layout strategy vs fixed strategies", "",
-         f"Measured {res['date']} on this machine ({res['target']['mcpu']}, {res['target']['num-cores']} cores). "
+         f"Measured {res['date']} on this machine ({res['target']['mcpu']}; tuned and timed with {res['target']['num-cores']} thread(s)). "
          f"{len(res['layers'])} ResNet-18 conv layers (NHWC, batch 1), {res['trials']} trials per method and layer, "
          f"seeds {res['seeds']}, preset `quick` with {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. Each method's best program "
          f"was rebuilt from its trace and re-measured {res['repeats']}x, all methods interleaved in shuffled order; "

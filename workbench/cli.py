@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("db")
     e.add_argument("--metaschedule", required=True, metavar="DIR")
 
+    x = sub.add_parser("transfer", help="transfer-tune: apply schedules tuned for other workloads of the same class")
+    x.add_argument("workload", nargs="?", help="a registered workload or network name")
+    x.add_argument("--from", dest="source", required=True, metavar="DB", help="records store with the tuned sources")
+    x.add_argument("--spec", help="a JSON spec file with the target workload(s)")
+    x.add_argument("--db", help="records store to write the measured candidates to")
+    x.add_argument("--target", default="host")
+    x.add_argument("--json", action="store_true", help="one JSON object per workload; the last line sums up")
+
     i = sub.add_parser("import", help="import tuning records from a MetaSchedule JSONDatabase directory")
     i.add_argument("dir", help="the MetaSchedule work_dir (database_workload.json, database_tuning_record.json)")
     i.add_argument("--db", required=True, help="records store to import into")
@@ -292,8 +300,45 @@ def cmd_import(args) -> int:
     return 0
 
 
+def cmd_transfer(args) -> int:
+    from .store import RecordStore
+    from .transfer import transfer
+    from .workloads import load_spec_file, resolve
+
+    if bool(args.workload) == bool(args.spec):
+        raise WorkbenchError("transfer needs a workload or network name, or --spec FILE (one of them)")
+    RecordStore(args.source, readonly=True)
+    targets = load_spec_file(args.spec) if args.spec else resolve(args.workload)
+    results = transfer(args.source, targets, target=args.target, db=args.db)
+    total = {"workload": args.workload or args.spec, "candidates": 0, "best_latency_ms": 0.0, "naive_latency_ms": 0.0,
+             "verified": True, "search_seconds": 0.0, "source": args.source}
+    for w, r in zip(targets, results):
+        d = r.to_dict()
+        d.pop("per_candidate")
+        total["candidates"] += r.candidates
+        total["best_latency_ms"] += w.weight * (r.best_latency_ms or r.naive_latency_ms)
+        total["naive_latency_ms"] += w.weight * r.naive_latency_ms
+        total["verified"] &= r.verified
+        total["search_seconds"] += r.search_seconds
+        if args.json:
+            print(json.dumps(dict(d, source=r.source, source_db=args.source)))
+        else:
+            best = "untuned (no schedule applies)" if r.best_latency_ms is None else \
+                f"{r.best_latency_ms:.4g} ms from {r.source} ({r.source_strategy}{', exact shape' if r.exact_match else ''})"
+            print(f"{r.workload:32s} {r.valid}/{r.candidates} candidates  naive {r.naive_latency_ms:.4g} ms  best {best}  "
+                  f"speedup {r.speedup:.1f}x  {r.search_seconds:.1f} s")
+    if len(results) == 1:
+        return 0
+    total["speedup"] = total["naive_latency_ms"] / total["best_latency_ms"] if total["best_latency_ms"] else None
+    total["workloads"] = [r.workload for r in results]
+    print(json.dumps(total) if args.json else
+          f"weighted total: naive {total['naive_latency_ms']:.4g} ms, transferred {total['best_latency_ms']:.4g} ms "
+          f"({total['speedup']:.2f}x) in {total['search_seconds']:.0f} s")
+    return 0
+
+
 COMMANDS = {"workloads": cmd_workloads, "tune": cmd_tune, "show": cmd_show, "best": cmd_best,
-            "export": cmd_export, "import": cmd_import}
+            "export": cmd_export, "import": cmd_import, "transfer": cmd_transfer}
 
 
 def main(argv=None) -> int:

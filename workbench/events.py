@@ -77,6 +77,9 @@ class EventQueue:
     def put(self, event: Event) -> None:
         self._q.put(event)
 
+    def empty(self) -> bool:
+        return self._q.empty()
+
     def drain(self, limit: int | None = None) -> list[Event]:
         out = []
         while limit is None or len(out) < limit:

@@ -162,6 +162,11 @@ class TuningSession:
     def paused(self) -> bool:
         return not self._running.is_set()
 
+    @property
+    def cost_model(self):
+        """The shared cost model (``PackSumXGB``: ``predict``, ``feature_importance``, ``n_samples``); None before start."""
+        return getattr(self, "model", None)
+
     def records(self, with_trace: bool = False):
         """Measured candidates of this session as a pandas DataFrame."""
         return self.store.records(session_id=self.session_id, with_trace=with_trace)
@@ -293,38 +298,22 @@ class TuningSession:
 
     def _baseline_and_reference(self) -> None:
         w = self.workload
-        need_naive_output = w.reference_kind == "tvm-naive"
-        if self.naive_latency_ms is not None and not need_naive_output:
-            self.reference = w.numpy_reference(self.inputs)
-            return
-        [b] = self.builder.build([w.mod])
-        if b.path is None:
-            raise RuntimeError(f"the naive program of {w.name} does not build: {b.error_msg}")
-        # The naive program can be slow: one timed call, generous timeout.
-        try:
-            if self.naive_latency_ms is None:
-                r = self.runner.run(b.path, w.arg_shapes, timeout=NAIVE_TIMEOUT, number=1, repeat=1, min_repeat_ms=0)
-                if r.latency_s is None:
-                    raise RuntimeError(f"the naive program of {w.name} failed to run: {r.error_msg}")
-                self.naive_latency_ms = r.latency_s * 1e3
-                self.store.update_session(self.session_id, naive_latency_ms=self.naive_latency_ms)
-            if need_naive_output:
-                out, cls, msg = self.runner.compute(b.path, self.inputs, self.out_shape, timeout=NAIVE_TIMEOUT)
-                if out is None:
-                    raise RuntimeError(f"the naive program of {w.name} failed to compute a reference: {msg}")
-                self.reference = out.astype(np.float64)
-            else:
-                self.reference = w.numpy_reference(self.inputs)
-        finally:
-            self.builder.discard(b.path)
-        self._emit("baseline_measured", naive_latency_ms=self.naive_latency_ms, reference=w.reference_kind)
+        known = self.naive_latency_ms is not None
+        naive_ms, self.reference = measure.naive_and_reference(w, self.builder, self.runner, self.inputs,
+                                                               timeout=NAIVE_TIMEOUT, need_latency=not known)
+        if not known:
+            self.naive_latency_ms = naive_ms
+            self.store.update_session(self.session_id, naive_latency_ms=naive_ms)
+            self._emit("baseline_measured", naive_latency_ms=naive_ms, reference=w.reference_kind)
 
     def _restore(self, prior) -> None:
         """Rebuild search state from stored records: search databases, cost model, bests, counters."""
         from tvm.s_tir import meta_schedule as ms
 
+        width = cm.N_FEATURES
         for strategy, feats, lat, h in self.store.training_rows(self.workload.name):
-            if strategy in self.strategies and feats is not None:
+            # Rows written by a workbench with another strategy set have another width: not comparable.
+            if strategy in self.strategies and feats is not None and feats.shape[1] == width:
                 self.model.add(feats, lat, self.workload.name)
         rec = self.store.records(session_id=self.session_id)
         self.trials_done = len(rec)
