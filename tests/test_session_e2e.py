@@ -39,7 +39,8 @@ def test_every_strategy_tunes_and_verifies(key, tmp_path):
         st = summ["strategies"][name]
         assert st["trials"] == 4
         assert st["verified"], (name, st)
-    assert summ["best_latency_ms"] < summ["naive_latency_ms"]
+    # (Improvement over the naive program is asserted on a bigger workload below: for shapes this small,
+    # LLVM's auto-vectorised naive loop can beat any parallel schedule's thread-pool start-up.)
     # Each strategy's best deploys: compiled from its trace, weights rewritten offline where it says so.
     w = workload_from_spec(SMALL[key])
     inputs = w.make_inputs(5)
