@@ -25,7 +25,10 @@ def test_repair_keeps_a_perfect_tiling_close_to_the_old_one(extent, old):
         assert new[-1] == old[-1]
 
 
-def _tune_source(tmp_path):
+@pytest.fixture(scope="module")
+def source_db(tmp_path_factory):
+    """One tuned source store shared by the tests of this module (tuning is the slow part)."""
+    tmp_path = tmp_path_factory.mktemp("source")
     spec = tmp_path / "src.json"
     spec.write_text(json.dumps(SMALL["conv_nhwc"]))
     db = str(tmp_path / "src.db")
@@ -37,12 +40,12 @@ def _tune_source(tmp_path):
 
 
 @pytest.mark.slow
-def test_transfer_onto_new_shapes_with_repair(tmp_path):
+def test_transfer_onto_new_shapes_with_repair(tmp_path, source_db):
     from workbench.store import RecordStore
     from workbench.transfer import transfer
     from workbench.workloads import workload_from_spec
 
-    db = _tune_source(tmp_path)
+    db = source_db
     p = dict(SMALL["conv_nhwc"]["params"])
     exact = workload_from_spec(dict(SMALL["conv_nhwc"], name="t-exact"))
     # 24 -> 48 channels and 10x10: tile factors tuned for 16/32 and 14 no longer divide.
@@ -62,8 +65,8 @@ def test_transfer_onto_new_shapes_with_repair(tmp_path):
 
 
 @pytest.mark.slow
-def test_transfer_cli_json(tmp_path):
-    db = _tune_source(tmp_path)
+def test_transfer_cli_json(tmp_path, source_db):
+    db = source_db
     tgt = tmp_path / "t.json"
     tgt.write_text(json.dumps({"name": "t-big", "op": "conv2d",
                                "params": dict(SMALL["conv_nhwc"]["params"], height=28, width=28, out_channels=64)}))
