@@ -32,8 +32,8 @@ def source_db(tmp_path_factory):
     spec = tmp_path / "src.json"
     spec.write_text(json.dumps(SMALL["conv_nhwc"]))
     db = str(tmp_path / "src.db")
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", "--spec", str(spec), "--trials", "16",
-                        "--trials-per-round", "8", "--strategy", "no-rewrite,pre-transformed", "--db", db, "--quiet"],
+    r = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", "--spec", str(spec), "--trials", "8",
+                        "--trials-per-round", "4", "--strategy", "no-rewrite,pre-transformed", "--db", db, "--quiet"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return db

@@ -1,6 +1,8 @@
 """Search and measurement parameters, by name.
 
-``quick`` is sized for a 2-core machine and interactive use; ``faithful`` uses
+``quick`` is sized for a 2-core machine and interactive use (the evolutionary
+search, on one thread for reproducibility, is most of a round's time, so its
+population is kept small); ``faithful`` uses
 Ansor's published defaults (population 2048, 4 generations, mutation 0.85,
 eps-greedy 0.05, 64 measurements per round, Ansor's mutation weights, its
 runner settings and its XGBoost parameters).
@@ -46,7 +48,7 @@ class Preset:
 
 PRESETS = {
     "quick": Preset(
-        "quick", population=256, generations=3, mutate_prob=0.85, eps_greedy=0.05,
+        "quick", population=128, generations=3, mutate_prob=0.85, eps_greedy=0.05,
         init_measured_ratio=0.2, init_min_unmeasured=32, trials_per_round=16,
         mutator_probs=(0.90, 0.05, 0.03, 0.02),
         warmup_samples=16, xgb_max_rounds=200, xgb_early_stop=25,
