@@ -95,7 +95,7 @@ class StrategyController:
             if self.mode == "manual" and self._manual:
                 if self.arms[self._manual].exhausted:
                     return None if not live else self._decide_auto(live)
-                d = Decision(self._manual, "user", "manual", self.scores(live), f"picked by the user")
+                d = Decision(self._manual, "user", "manual", self.scores(live), "picked by the user")
             elif not live:
                 return None
             elif self.mode == "fixed":

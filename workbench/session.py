@@ -177,8 +177,7 @@ class TuningSession:
         per = {}
         for s in self.strategies:
             sub = rec[rec["strategy"] == s] if len(rec) else rec
-            b = self.store.best(self.workload.name, s) if len(sub) else None
-            b = b if (b and b["session_id"] == self.session_id) else self.best_by_strategy.get(s)
+            b = self.best_by_strategy.get(s)  # verified bests only; restored from the store on resume
             per[s] = {"best_latency_ms": b["latency_ms"] if b else None, "trials": int(len(sub)),
                       "verified": bool(b and b["verified"])}
         best = self.best

@@ -197,27 +197,18 @@ def _bmm_build(p):
     return [a, b], [], c, 2
 
 
-def _tw(fn_name, *keys):
-    """Build through the Ansor-suite generators shipped in TVM (``te_workload``)."""
+def _tw(fn_name, *keys, weighted=False):
+    """Build through the Ansor-suite generators shipped in TVM (``te_workload``).
+
+    With ``weighted`` the generator's second input is a constant weight.
+    """
 
     def build(p):
         from tvm.s_tir.meta_schedule.testing import te_workload as tw
 
-        tensors = getattr(tw, fn_name)(*[p[k] for k in keys])
-        *ins, out = tensors
-        return ins, [], out, len(out.shape) - 1
-
-    return build
-
-
-def _tw_weighted(fn_name, *keys):
-    """Same, with the second input being a constant weight."""
-
-    def build(p):
-        from tvm.s_tir.meta_schedule.testing import te_workload as tw
-
-        x, w, out = getattr(tw, fn_name)(*[p[k] for k in keys])
-        return [x], [w], out, len(out.shape) - 1
+        *ins, out = getattr(tw, fn_name)(*[p[k] for k in keys])
+        weights = [ins.pop(1)] if weighted else []
+        return ins, weights, out, len(out.shape) - 1
 
     return build
 
@@ -270,25 +261,25 @@ _op(OpDef("conv1d", (S("batch"), S("length"), S("in_channels"), S("out_channels"
                      S("padding", "nonneg")),
           "1-D convolution, NLC input, (K, CI, CO) weight (Ansor C1D)",
           "tvm-naive", True, _conv_nd_check("conv1d", ["length"]),
-          _tw_weighted("conv1d_nlc", "batch", "length", "in_channels", "out_channels", "kernel", "stride", "padding")))
+          _tw("conv1d_nlc", "batch", "length", "in_channels", "out_channels", "kernel", "stride", "padding", weighted=True)))
 _op(OpDef("conv3d", (S("batch"), S("depth"), S("height"), S("width"), S("in_channels"), S("out_channels"),
                      S("kernel"), S("stride"), S("padding", "nonneg")),
           "3-D convolution, NDHWC input, DHWIO weight (Ansor C3D)",
           "tvm-naive", True, _conv_nd_check("conv3d", ["depth", "height", "width"]),
-          _tw_weighted("conv3d_ndhwc", "batch", "depth", "height", "width", "in_channels", "out_channels",
-                       "kernel", "stride", "padding")))
+          _tw("conv3d_ndhwc", "batch", "depth", "height", "width", "in_channels", "out_channels",
+                       "kernel", "stride", "padding", weighted=True)))
 _op(OpDef("conv2d_transpose", (S("batch"), S("height"), S("width"), S("in_channels"), S("out_channels"),
                                S("kernel"), S("stride"), S("padding", "nonneg")),
           "transposed 2-D convolution, NHWC (Ansor T2D, DCGAN)",
           "tvm-naive", True, _t2d_check,
-          _tw_weighted("conv2d_transpose_nhwc", "batch", "height", "width", "in_channels", "out_channels",
-                       "kernel", "stride", "padding")))
+          _tw("conv2d_transpose_nhwc", "batch", "height", "width", "in_channels", "out_channels",
+                       "kernel", "stride", "padding", weighted=True)))
 _op(OpDef("conv2d_capsule", (S("batch"), S("height"), S("width"), S("in_channels"), S("out_channels"),
                              S("kernel"), S("stride"), S("padding", "nonneg"), S("capsule_size", default=4, required=False)),
           "capsule conv2d, input (N,H,W,cap,cap,CI) (Ansor CAP)",
           "tvm-naive", False, _conv_nd_check("conv2d_capsule", ["height", "width"]),
-          _tw_weighted("conv2d_capsule_nhwijc", "batch", "height", "width", "in_channels", "out_channels",
-                       "kernel", "stride", "padding", "capsule_size")))
+          _tw("conv2d_capsule_nhwijc", "batch", "height", "width", "in_channels", "out_channels",
+                       "kernel", "stride", "padding", "capsule_size", weighted=True)))
 _op(OpDef("norm", (S("batch"), S("m"), S("n")), "out[b] = sqrt(sum_{m,n} a[b,m,n]^2) (Ansor NRM)",
           "numpy", False, _noop_check, _tw("norm_bmn", "batch", "m", "n"),
           lambda p, a: np.sqrt((a[0].astype(np.float64) ** 2).sum(axis=(1, 2)))))
