@@ -41,6 +41,9 @@ class Preset:
     # TVM's EvolutionarySearch hands work to threads dynamically, so with more than one
     # thread the same seed no longer gives the same proposals. 1 keeps sessions reproducible.
     search_threads: int = 1
+    # Multi-strategy sessions: every measured program is also offered to the other strategies'
+    # searches (replayed under their own postprocessors), so an arm starts from the best found by any.
+    cross_seed: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -325,6 +325,7 @@ class TuningSession:
                 args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
                 run_secs = [float(x) for x in json.loads(row["run_secs"])]
                 db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
+                self._cross_seed(row["strategy"], sch.trace, run_secs)
         for s in self.strategies:
             b = self.store.best(self.workload.name, s)
             if b is not None and b["session_id"] == self.session_id:
@@ -337,6 +338,37 @@ class TuningSession:
                 ok = sub[sub["error_class"].isna()]
                 self.controller.observe(s, ok["latency_ms"].min() / 1e3 if len(ok) else None, None, int(len(sub)))
         self.model.train()
+
+    def _cross_seed(self, source: str, trace, run_secs) -> None:
+        """Offer a program measured under ``source`` to every other strategy's evolutionary search.
+
+        All strategies share the workload's sketches and differ only in postprocessors, so the
+        trace (postprocs removed) replays under another strategy's postprocs as a *different*
+        program of the same loop structure. Its record in that strategy's search database makes
+        the program a seed of the next initial population there; without this an arm picked late
+        by the controller restarts from its own few measurements (what the first reduced AL-Ansor
+        run showed). The latency attached is the one measured under ``source``: a ranking hint for
+        seed selection only; the cost model never sees these rows. A trace that does not replay
+        (e.g. ``packed`` needs a tiled output-channel axis) is skipped, because TVM's search
+        aborts on a seed it cannot postprocess.
+        """
+        if not self.preset.cross_seed or len(self.ms_dbs) < 2:
+            return
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.schedule import Schedule
+
+        for s, (db, wl) in self.ms_dbs.items():
+            if s == source:
+                continue
+            sch = Schedule(self.workload.mod)
+            try:
+                trace.apply_to_schedule(sch, remove_postproc=True)
+                if not space._postprocess(sch, self.contexts[s]):
+                    continue
+            except Exception:  # noqa: BLE001 - not replayable under this strategy: not a seed for it
+                continue
+            args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
 
     def _teardown(self) -> None:
         for name in ("builder", "runner"):
@@ -442,6 +474,7 @@ class TuningSession:
                 db, wl = self.ms_dbs[strategy]
                 db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, wl, rec["run_secs"], self.target,
                                                                  c.args_info))
+                self._cross_seed(strategy, c.sch.trace, rec["run_secs"])
 
         try:
             if hasattr(self.runner, "run_many"):
