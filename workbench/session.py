@@ -55,7 +55,10 @@ def _mode_for(strategy, names) -> str:
 class TuningSession:
     def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
                  db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
-                 runner=None, _resume: dict | None = None, **preset_overrides):
+                 runner=None, _resume: dict | None = None, builder=None, model=None, **preset_overrides):
+        # builder / model: a measure.Builder and a cost_model.PackSumXGB shared with other sessions (a network
+        # session shares one of each across its tasks); the caller owns and closes a shared builder.
+        self._shared_builder, self._shared_model = builder, model
         self.workload = as_workload(workload)
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
             raise WorkbenchError(f"trials must be a positive integer, got {trials!r}")
@@ -246,13 +249,15 @@ class TuningSession:
         w = self.workload
         self.target = tvm_env.make_target(self.target_dict)
         p = self.preset
-        self.model = cm.PackSumXGB(seed=self.seed, max_rounds=p.xgb_max_rounds, early_stop=p.xgb_early_stop,
-                                   warmup=p.warmup_samples, nthread=tvm_env.available_cores())
+        self.model = self._shared_model if self._shared_model is not None else cm.PackSumXGB(
+            seed=self.seed, max_rounds=p.xgb_max_rounds, early_stop=p.xgb_early_stop, warmup=p.warmup_samples,
+            nthread=tvm_env.available_cores())
         self.featurizer = cm.Featurizer(space.tune_context(w, self.target, "no-rewrite", p, self.seed, search=False,
                                                            threads=tvm_env.available_cores()))
         self._ctx_strategy: dict = {}
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
-        self.builder = measure.Builder(self.target_dict, workers=self.builder_workers, timeout=p.build_timeout)
+        self.builder = self._shared_builder or measure.Builder(self.target_dict, workers=self.builder_workers,
+                                                               timeout=p.build_timeout)
         self.runner = self._make_runner(p)
         self.inputs = w.make_inputs(seed=1234)
         self.out_shape = w.arg_shapes[-1]
@@ -373,7 +378,8 @@ class TuningSession:
     def _teardown(self) -> None:
         for name in ("builder", "runner"):
             obj = getattr(self, name, None)
-            if obj is not None and not (name == "runner" and obj is self.runner_spec):  # the caller's own runner
+            if obj is not None and not (name == "runner" and obj is self.runner_spec) \
+                    and obj is not self._shared_builder:  # the caller's own runner / shared builder
                 try:
                     obj.close()
                 except Exception:
@@ -396,14 +402,37 @@ class TuningSession:
         return not self._stop.is_set()
 
     def _search(self) -> None:
+        while self.step():
+            pass
+
+    # Stepping, for a driver that interleaves sessions (NetworkSession): open(), step() per round, close().
+    def open(self) -> None:
+        """What ``run()`` does before its first round: status, search contexts, baseline, restored state."""
+        self._t0 = time.time()
+        self._set_status("running")
+        self._setup()
+
+    def close(self) -> None:
+        """What ``run()`` does after its last round: final status and event; own pools and contexts released."""
+        try:
+            stopped = self._stop.is_set()
+            self._set_status("stopped" if stopped else "finished")
+            self._emit("stopped" if stopped else "finished", trials_done=self.trials_done, best_latency_ms=self._best_ms(),
+                       summary=self.summary())
+        finally:
+            self._teardown()
+
+    def step(self) -> bool:
+        """One round (up to trials_per_round candidates); False when none was run: budget spent, stopped, or
+        every strategy exhausted."""
         while self.trials_done < self.trials:
             if not self._wait_if_paused():
-                return
+                return False
             decision = self.controller.choose()
             if decision is None:
                 self._emit("controller_decision", round=self.round + 1, strategy=None, chosen_by="controller",
                            mode=self.controller.mode, scores={}, reason="every strategy is exhausted or pruned", pruned=[])
-                return
+                return False
             self.round += 1
             n = min(self.preset.trials_per_round, self.trials - self.trials_done)
             self._emit("controller_decision", round=self.round, strategy=decision.strategy, chosen_by=decision.chosen_by,
@@ -414,6 +443,8 @@ class TuningSession:
             if measured is None:
                 self.controller.mark_exhausted(decision.strategy)
                 continue
+            return True
+        return False
 
     def _propose(self, strategy: str, n: int):
         """Up to n candidates never measured before, from the strategy's evolutionary search."""
