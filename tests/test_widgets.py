@@ -286,6 +286,19 @@ def test_controls_show_status_progress_and_controller(demo_events):
     assert c.mode.disabled  # a replay cannot be steered
 
 
+def test_status_shows_rpc_runner_health(demo_events):
+    dash = fed_dashboard(demo_events[:30])
+    sid = demo_events[0].session_id
+    for i, (server, state) in enumerate([("10.0.0.2:9190", "busy"), ("10.0.0.3:9190", "busy"),
+                                         ("10.0.0.3:9190", "lost")]):
+        dash.queue.put(Event("runner_health", sid, 1e9 + i, 100.0 + i,
+                             {"server": server, "state": state, "measured": 3, "errors": 0, "timeouts": i}))
+    dash.pump_once()
+    status = dash.controls.status.value
+    assert "10.0.0.2:9190 busy" in status and "10.0.0.3:9190 lost" in status  # the latest state per server
+    assert "10.0.0.3:9190 busy" not in status
+
+
 def test_buttons_work_while_a_replay_runs():
     dash = Dashboard.replay(DEMO_DB, speed=4.0, max_gap=0.2)
     try:

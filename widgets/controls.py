@@ -126,9 +126,23 @@ class ControlsView:
                          f"{html.escape(best['strategy'])})")
         if model.naive_latency_ms and best:
             parts.append(f"{model.naive_latency_ms / best['latency_ms']:.1f}× vs naive")
+        if model.runners:
+            parts.append(ControlsView._runners_html(model.runners))
         if model.message:
             parts.append(f"<span style='color:#c92a2a'>{html.escape(model.message)}</span>")
         return " · ".join(parts) + "&nbsp;&nbsp;"
+
+    @staticmethod
+    def _runners_html(runners: dict) -> str:
+        # A lost or timing-out server is what a person watching an RPC session needs to notice.
+        colors = {"busy": "#2b8a3e", "idle": "#5c5f66", "timeout": "#e67700", "lost": "#c92a2a"}
+        out = []
+        for name, h in sorted(runners.items()):
+            st = h.get("state", "?")
+            out.append(f"<span class='wb-runner' style='color:{colors.get(st, '#333')}'>{html.escape(name)} "
+                       f"{html.escape(st)} ({h.get('measured', 0)} measured, {h.get('errors', 0)} errors, "
+                       f"{h.get('timeouts', 0)} timeouts)</span>")
+        return "runners: " + ", ".join(out)
 
     @staticmethod
     def _arms_html(model, ctrl) -> str:

@@ -44,6 +44,7 @@ class SessionModel:
         self.elapsed = 0.0
         self.first_measured = None  # (elapsed, trials_done) at the first measurement
         self.n_events = 0
+        self.runners: dict[str, dict] = {}  # RPC measurement servers: the latest health of each
         self._seen_ids: set = set()
         self._changes: set = {SESSION, RECORDS, STATUS, CONTROLLER}
 
@@ -116,6 +117,10 @@ class SessionModel:
             self.controller["model"] = {"round": d.get("round"), "n_samples": d.get("n_samples"),
                                         "seconds": d.get("seconds")}
             self.mark(CONTROLLER)
+        elif k == "runner_health":
+            if d.get("server"):
+                self.runners[d["server"]] = dict(d)
+                self.mark(STATUS)
         elif k in ("paused", "resumed"):
             self.status = "paused" if k == "paused" else "running"
             self.mark(STATUS)
