@@ -50,11 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("workloads", help="list the registered workloads and networks")
     w.add_argument("--json", action="store_true")
 
-    t = sub.add_parser("tune", help="tune one workload")
-    t.add_argument("workload", nargs="?", help="a registered workload name (see 'workbench workloads')")
-    t.add_argument("--spec", help="a JSON file with one workload spec (or a list; pick one with --workload)")
-    t.add_argument("--workload", dest="pick", help="which workload of a --spec list to tune")
-    t.add_argument("--trials", type=_positive, default=None, help="trial budget (default 64; with --resume, the stored budget)")
+    t = sub.add_parser("tune", help="tune one workload, or a network's layers in one session")
+    t.add_argument("workload", nargs="?", help="a registered workload or network name (see 'workbench workloads')")
+    t.add_argument("--spec", help="a JSON file with one workload spec, or a list: all of them are tuned as one "
+                                  "network (their 'weight' = multiplicity) unless --workload picks one")
+    t.add_argument("--workload", dest="pick", help="which workload of a --spec list to tune on its own")
+    t.add_argument("--trials", type=_positive, default=None,
+                   help="trial budget (default 64; with --resume, the stored budget); for a network, the budget "
+                        "of all its layers together (default: two rounds per layer)")
     t.add_argument("--preset", default="quick", help="quick (2-core sized) or faithful (Ansor's defaults)")
     t.add_argument("--trials-per-round", type=_positive, default=None, help="override the preset's batch size")
     t.add_argument("--seed", type=_int, default=0)
@@ -122,6 +125,7 @@ def cmd_workloads(args) -> int:
 
 
 def _resolve_tune_workload(args):
+    """One Workload, or (network name, [Workload, ...]) for a network or a multi-workload --spec file."""
     from .workloads import load_spec_file, registry
 
     if args.spec and args.workload:
@@ -134,14 +138,13 @@ def _resolve_tune_workload(args):
                     return w
             raise WorkbenchError(f"--workload {args.pick!r} is not in {args.spec!r}; it has: {', '.join(w.name for w in ws)}")
         if len(ws) > 1:
-            raise WorkbenchError(f"{args.spec!r} lists {len(ws)} workloads; pick one with --workload NAME")
+            return os.path.splitext(os.path.basename(args.spec))[0], ws
         return ws[0]
     if not args.workload:
         raise WorkbenchError("tune needs a workload name or --spec FILE (see 'workbench workloads')")
     reg = registry()
     if args.workload in reg.networks:
-        raise WorkbenchError(f"{args.workload!r} is a network; tune its layers one at a time, e.g. "
-                             f"'workbench tune {reg.networks[args.workload][0].name}'")
+        return args.workload, reg.networks[args.workload]
     return reg.get(args.workload)
 
 
@@ -151,6 +154,8 @@ def cmd_tune(args) -> int:
     from .store import RecordStore
 
     workload = _resolve_tune_workload(args)
+    if isinstance(workload, tuple):
+        return _tune_network(args, *workload)
     presets.get(args.preset)
     tvm_env.parse_target(args.target)
     if args.runner != "local":
@@ -203,6 +208,67 @@ def cmd_tune(args) -> int:
         print(json.dumps(summ))
     else:
         _print_summary(summ)
+    return 0 if session.status == "finished" else 130
+
+
+def _tune_network(args, name, workloads) -> int:
+    from . import presets, tvm_env
+    from .network import NetworkSession
+    from .store import RecordStore
+
+    if args.resume:
+        raise WorkbenchError(f"--resume works for one workload, not a network ({name!r}): resume a layer with "
+                             f"'workbench tune {workloads[0].name} --resume', or start the network again")
+    if args.runner != "local":
+        raise WorkbenchError("a network is measured on the local runner only; drop --runner")
+    presets.get(args.preset)
+    tvm_env.parse_target(args.target)
+    overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
+    session = NetworkSession(workloads, target=args.target, trials=args.trials, preset=args.preset, seed=args.seed,
+                             db=RecordStore(args.db), strategy=args.strategy, name=name, **overrides)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=session.trials, desc=name, unit="trial", file=sys.stderr, dynamic_ncols=True)
+
+        def on_event(e):
+            if e.kind == "candidate_measured":
+                bar.update(1)
+            elif e.kind == "network_round" and e.data["estimated_latency_ms"] is not None:
+                bar.set_postfix(est=f"{e.data['estimated_latency_ms']:.4g} ms", last=e.data["workload"])
+            elif e.kind in ("network_baseline",):
+                bar.write(f"[{name}] untuned: {e.data['naive_latency_ms']:.4g} ms (sum of weight x latency)")
+            elif e.kind in ("paused", "resumed", "stopped", "failed", "task_dead") and "network" in e.data:
+                bar.write(f"[{e.kind}] {e.data.get('message', e.data.get('workload', ''))}".rstrip())
+
+        session.subscribe(on_event)
+
+    def _stop(_sig, _frm):
+        session.stop()
+
+    old = signal.signal(signal.SIGINT, _stop)
+    try:
+        session.run()
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if bar is not None:
+            bar.close()
+    summ = session.summary()
+    if args.json:
+        print(json.dumps(summ))
+    else:
+        print(f"network       {name}  ({len(workloads)} tasks, {summ['status']}, sessions "
+              f"{summ['session_ids'][0]}-{summ['session_ids'][-1]})")
+        print(f"trials        {summ['trials']} of {summ['budget']} in {summ['rounds']} rounds, "
+              f"{summ['tuning_seconds']:.1f} s")
+        print(f"untuned       {_fmt(summ['naive_latency_ms'], ' ms')}  (sum of weight x latency)")
+        print(f"estimated     {_fmt(summ['estimated_latency_ms'], ' ms')}  speedup {_fmt(summ['speedup_vs_naive'], 'x')}")
+        for t in summ["tasks"]:
+            print(f"  {t['workload']:28s} x{t['weight']:<2d} trials {t['trials']:4d}  best "
+                  f"{_fmt(t['best_latency_ms'], ' ms'):>12s}  naive {_fmt(t['naive_latency_ms'], ' ms'):>12s}"
+                  f"{'  (dead)' if t['dead'] else ''}")
+        print(f"records       {summ['db']}")
     return 0 if session.status == "finished" else 130
 
 

@@ -1,0 +1,73 @@
+"""Multi-task sessions: two weighted workloads tuned in one session under the gradient task scheduler."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.network import NetworkSession, network_history
+from workbench.store import RecordStore
+
+from .shapes import SMALL
+
+pytestmark = pytest.mark.slow
+
+TINY = dict(trials_per_round=4, population=64, generations=2, init_min_unmeasured=16)
+
+
+def test_two_workloads_share_pools_and_model_and_report_the_network_latency(tmp_path):
+    conv = dict(SMALL["conv_nhwc"], weight=3)
+    mm = SMALL["matmul"]
+    db = str(tmp_path / "net.db")
+    s = NetworkSession([conv, mm], trials=16, db=db, strategy="no-rewrite", name="two", **TINY)
+    events = []
+    s.subscribe(events.append)
+    summ = s.run()
+    assert summ["status"] == "finished" and summ["trials"] == 16
+    # one builder, one runner, one cost model for every task
+    assert all(t.builder is s.builder and t.runner is s.runner and t.model is s.model for t in s.tasks)
+    assert set(s.model._group) == {"t-conv-nhwc", "t-mm"}
+    kinds = [e.kind for e in events]
+    chosen = [e.data for e in events if e.kind == "task_chosen"]
+    assert [c["reason"] for c in chosen[:2]] == ["warm-up", "warm-up"] and [c["index"] for c in chosen[:2]] == [0, 1]
+    assert all(c["reason"] in ("gradient", "tie") for c in chosen[2:]) and len(chosen) == 4
+    rounds = [e.data for e in events if e.kind == "network_round"]
+    assert len(rounds) == 4 and kinds[-1] == "finished"
+    # the estimate is sum w * latency over the tasks' bests
+    last = rounds[-1]
+    per = last["per_task_ms"]
+    assert last["estimated_latency_ms"] == pytest.approx(3 * per["t-conv-nhwc"] + per["t-mm"])
+    assert summ["estimated_latency_ms"] == pytest.approx(last["estimated_latency_ms"])
+    assert summ["verified"] and all(t["trials"] >= 4 for t in summ["tasks"])
+    # recorded: the curve reads back from the store, the records carry their workloads
+    hist = network_history(db)
+    assert list(hist["estimated_latency_ms"]) == [r["estimated_latency_ms"] for r in rounds]
+    recs = s.records()
+    assert len(recs) == 16 and set(recs["workload"]) == {"t-conv-nhwc", "t-mm"}
+    store = RecordStore(db, readonly=True)
+    assert {x["status"] for x in store.sessions()} == {"finished"}
+    assert sorted(x["trials"] for x in store.sessions()) == sorted(t["trials"] for t in summ["tasks"])
+
+
+def test_network_stop_from_another_thread(tmp_path):
+    s = NetworkSession([SMALL["conv_nhwc"], SMALL["matmul"]], trials=64, db=str(tmp_path / "n.db"),
+                       strategy="no-rewrite", **TINY)
+    s.subscribe(lambda e: s.stop() if e.kind == "network_round" else None)
+    s.start()
+    assert s.wait(300)
+    summ = s.summary()
+    assert summ["status"] == "stopped" and summ["trials"] == 4
+
+
+def test_cli_tunes_a_spec_file_with_weights(tmp_path):
+    spec = tmp_path / "net.json"
+    spec.write_text(json.dumps({"workloads": [dict(SMALL["conv_nhwc"], weight=2), SMALL["depthwise"]]}))
+    r = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", "--spec", str(spec), "--trials", "8",
+                        "--trials-per-round", "4", "--strategy", "no-rewrite", "--db", str(tmp_path / "c.db"),
+                        "--json", "--quiet"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["network"] == "net" and out["trials"] == 8
+    assert [t["workload"] for t in out["tasks"]] == ["t-conv-nhwc", "t-dw"] and out["tasks"][0]["weight"] == 2
+    assert out["estimated_latency_ms"] > 0 and out["naive_latency_ms"] > 0
