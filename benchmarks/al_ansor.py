@@ -281,6 +281,11 @@ def _write_md(res, args):
         for m in FIXED + ["adaptive"]:
             c = res["curves"].get(f"{l}|{res['seeds'][0]}|{m}", [])
             L.append(f"| {l} | {m} | " + " | ".join(_fmt(c[k - 1] if len(c) >= k else None) for k in checks) + " |")
+    # The reading of the numbers is written by a person, kept beside the script, and appended as is.
+    notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "al_ansor_analysis.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            L += ["", f.read().rstrip()]
     with open(os.path.join(RESULTS, "al_ansor.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     print("\n".join(L))
