@@ -376,16 +376,25 @@ def cmd_transfer(args) -> int:
     RecordStore(args.source, readonly=True)
     targets = load_spec_file(args.spec) if args.spec else resolve(args.workload)
     results = transfer(args.source, targets, target=args.target, db=args.db)
+    # The network line: latencies are sums of weight x latency, an untransferred layer counting with its untuned
+    # program; verified: every transferred program was verified (fallback layers run the untuned program).
     total = {"workload": args.workload or args.spec, "candidates": 0, "best_latency_ms": 0.0, "naive_latency_ms": 0.0,
-             "verified": True, "search_seconds": 0.0, "source": args.source}
+             "verified": True, "search_seconds": 0.0, "source": args.source, "transferred": 0, "exact_matches": 0,
+             "repaired": 0, "fallbacks": []}
     for w, r in zip(targets, results):
         d = r.to_dict()
         d.pop("per_candidate")
         total["candidates"] += r.candidates
         total["best_latency_ms"] += w.weight * (r.best_latency_ms or r.naive_latency_ms)
         total["naive_latency_ms"] += w.weight * r.naive_latency_ms
-        total["verified"] &= r.verified
         total["search_seconds"] += r.search_seconds
+        if r.best_latency_ms is None:
+            total["fallbacks"].append(r.workload)
+        else:
+            total["verified"] &= r.verified
+            total["transferred"] += 1
+            total["exact_matches"] += r.exact_match
+            total["repaired"] += r.repaired
         if args.json:
             print(json.dumps(dict(d, source=r.source, source_db=args.source)))
         else:
@@ -396,6 +405,7 @@ def cmd_transfer(args) -> int:
     if len(results) == 1:
         return 0
     total["speedup"] = total["naive_latency_ms"] / total["best_latency_ms"] if total["best_latency_ms"] else None
+    total["search_seconds"] = round(total["search_seconds"], 2)
     total["workloads"] = [r.workload for r in results]
     print(json.dumps(total) if args.json else
           f"weighted total: naive {total['naive_latency_ms']:.4g} ms, transferred {total['best_latency_ms']:.4g} ms "

@@ -87,7 +87,10 @@ def source_bank(db: str) -> list[SourceSchedule]:
     bank = []
     seen = set()
     for sess in store.sessions():
-        w = workload_from_spec(sess["spec"])
+        try:
+            w = workload_from_spec(sess["spec"])
+        except WorkbenchError:  # e.g. a Relax-extracted task (relax_model.RelaxTask): no generator to replay onto
+            continue
         for strategy in sess["strategies"]:
             key = (w.name, strategy)
             if key in seen:
