@@ -14,7 +14,7 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 def test_there_are_notebooks():
     names = {os.path.basename(p) for p in NOTEBOOKS}
     assert {"01_quickstart.ipynb", "02_adaptive_layout.ipynb", "03_cost_model_debugging.ipynb",
-            "04_sketch_and_annotation.ipynb"} <= names
+            "04_sketch_and_annotation.ipynb", "05_transfer_tuning.ipynb"} <= names
 
 
 @pytest.mark.slow
