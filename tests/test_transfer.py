@@ -80,3 +80,36 @@ def test_transfer_cli_json(tmp_path, source_db):
     bad = subprocess.run([sys.executable, "-m", "workbench.cli", "transfer", "--from", str(tmp_path / "none.db"),
                           "resnet18.conv2"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_transfer_cli_network_spec_totals(tmp_path, source_db):
+    """A --spec with several weighted targets: one JSON line per workload, then the network total."""
+    p = dict(SMALL["conv_nhwc"]["params"])
+    tgt = tmp_path / "net.json"
+    tgt.write_text(json.dumps({"workloads": [
+        {"name": "n-moved", "op": "conv2d", "weight": 2, "params": dict(p, in_channels=24, out_channels=48,
+                                                                          height=10, width=10)},
+        dict(SMALL["depthwise"], weight=3)]}))  # no depthwise source: untuned fallback
+    r = subprocess.run([sys.executable, "-m", "workbench.cli", "transfer", "--from", source_db, "--spec", str(tgt),
+                        "--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
+    per, total = lines[:-1], lines[-1]
+    assert [x["workload"] for x in per] == ["n-moved", "t-dw"]
+    for x in per + [total]:
+        for k in ("workload", "candidates", "best_latency_ms", "naive_latency_ms", "verified", "search_seconds",
+                  "source"):
+            assert k in x
+    moved, dw = per
+    assert moved["source"] == "t-conv-nhwc" and moved["verified"] and moved["repaired"]
+    assert dw["source"] is None and dw["best_latency_ms"] is None and dw["candidates"] == 0
+    assert total["workloads"] == ["n-moved", "t-dw"] and total["source"] == source_db
+    assert total["candidates"] == moved["candidates"] and total["transferred"] == 1 and total["fallbacks"] == ["t-dw"]
+    # network latency = sum of weight x latency, the fallback counting with its untuned program
+    assert total["best_latency_ms"] == pytest.approx(2 * moved["best_latency_ms"] + 3 * dw["naive_latency_ms"])
+    assert total["naive_latency_ms"] == pytest.approx(2 * moved["naive_latency_ms"] + 3 * dw["naive_latency_ms"])
+    assert total["verified"]
+    bad = subprocess.run([sys.executable, "-m", "workbench.cli", "transfer", "--from", source_db, "no-such-net"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
