@@ -64,7 +64,7 @@ def test_cli_tunes_a_spec_file_with_weights(tmp_path):
     spec = tmp_path / "net.json"
     spec.write_text(json.dumps({"workloads": [dict(SMALL["conv_nhwc"], weight=2), SMALL["depthwise"]]}))
     r = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", "--spec", str(spec), "--trials", "8",
-                        "--trials-per-round", "4", "--strategy", "no-rewrite", "--db", str(tmp_path / "c.db"),
+                        "--trials-per-round", "4", "--db", str(tmp_path / "c.db"),  # default strategy: auto
                         "--json", "--quiet"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
