@@ -47,3 +47,33 @@ def test_failures_get_zero_label_and_groups_normalise_separately():
     m.add(f, 10e-3, "b")
     y = m.labels()
     assert np.allclose(y, [0.5, 1.0, 0.0, 1.0])
+
+
+def test_feature_reuse_returns_the_same_rows_and_hits_on_repeats(monkeypatch):
+    from tvm.s_tir import meta_schedule as ms
+
+    from workbench import cost_model, presets, space, tvm_env
+    from workbench.workloads import registry
+
+    w = registry().get("matmul-128")
+    schs = [s for s in (space.annotate(w, 0, seed) for seed in range(1, 8)) if s is not None][:3]
+    cands = [ms.MeasureCandidate(s, ms.arg_info.ArgInfo.from_prim_func(w.mod["main"])) for s in schs]
+    ctx = space.tune_context(w, tvm_env.make_target(tvm_env.host_target_dict()), "no-rewrite", presets.get("quick"),
+                             seed=0, search=False)
+    monkeypatch.setattr(cost_model, "FEATURE_REUSE", False)
+    plain = cost_model.Featurizer(ctx)(ctx, cands, "no-rewrite")
+    monkeypatch.setattr(cost_model, "FEATURE_REUSE", True)
+    f = cost_model.Featurizer(ctx)
+    first = f(ctx, cands, "no-rewrite")
+    again = f(ctx, cands + cands[:1], "no-rewrite")
+    assert f.misses == len(cands) and f.hits == len(cands) + 1
+    for a, b, c in zip(plain, first, again):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def test_untrained_scores_only_before_training():
+    m = PackSumXGB(warmup=1)
+    assert len(m.untrained_scores(4)) == 4
+    m.add(np.ones((1, 3), np.float32), 1e-3, "a")
+    assert m.train()
+    assert m.untrained_scores(4) is None

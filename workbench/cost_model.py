@@ -132,6 +132,11 @@ class PackSumXGB:
         X = np.concatenate(feats).astype(np.float32)
         return _segment_sum(booster.predict(xgb.DMatrix(X)), seg, n)
 
+    def untrained_scores(self, n: int) -> np.ndarray | None:
+        """The random scores ``predict`` gives n programs while there is no model yet; None once trained."""
+        with self._lock:
+            return self._rng.uniform(0, 1, n) if self.booster is None else None
+
     def feature_importance(self) -> dict:
         if self.booster is None:
             return {}
@@ -143,6 +148,14 @@ def feature_names(extractor_len: int = 164) -> list[str]:
     return [f"f{i}" for i in range(extractor_len)] + [f"strategy={s}" for s in layouts.STRATEGY_INDEX]
 
 
+# Feature reuse (on by default; the switch exists so that benchmarks/_profile.py can measure its effect):
+# a program's features are computed once per Featurizer and looked up by structural hash afterwards (the
+# evolutionary search re-scores survivors of every generation and the measured elites of every round, and
+# the session featurizes the batch the search just scored), and the search does not extract features at all
+# while the model is untrained (its scores are then uniform random numbers anyway).
+FEATURE_REUSE = True
+
+
 class Featurizer:
     """PerStoreFeature rows plus the layout-strategy one-hot.
 
@@ -150,19 +163,46 @@ class Featurizer:
     extracted on all cores even when the search itself runs on one thread.
     """
 
-    def __init__(self, context=None):
+    def __init__(self, context=None, cache_size: int = 20000):
         from tvm.s_tir import meta_schedule as ms
 
         self.extractor = ms.feature_extractor.PerStoreFeature()
         self.context = context
+        self.cache_size = cache_size
+        self._cache: dict = {}  # structural hash of the program -> its PerStoreFeature rows
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def _raw(self, ctx, candidates) -> list[np.ndarray]:
+        def extract(cands):
+            return [f.numpy().astype(np.float32) for f in self.extractor.extract_from(self.context or ctx, cands)]
+
+        if not FEATURE_REUSE:
+            return extract(candidates)
+        from tvm_ffi import structural_hash
+
+        keys = [structural_hash(c.sch.mod) for c in candidates]
+        with self._lock:
+            found = [self._cache.get(k) for k in keys]
+        miss = [i for i, f in enumerate(found) if f is None]
+        if miss:
+            for i, a in zip(miss, extract([candidates[i] for i in miss])):
+                found[i] = a
+            with self._lock:
+                if len(self._cache) + len(miss) > self.cache_size:
+                    self._cache.clear()
+                for i in miss:
+                    self._cache[keys[i]] = found[i]
+        self.hits += len(keys) - len(miss)
+        self.misses += len(miss)
+        return found
 
     def __call__(self, ctx, candidates, strategy: str) -> list[np.ndarray]:
-        raw = self.extractor.extract_from(self.context or ctx, candidates)
+        raw = self._raw(ctx, candidates)
         onehot = np.zeros(N_STRATEGIES, np.float32)
         onehot[layouts.STRATEGY_INDEX[strategy]] = 1.0
         out = []
-        for f in raw:
-            a = f.numpy().astype(np.float32)
+        for a in raw:
             if a.shape[0] == 0:  # a program with no stores: give it one zero row so it still has a score
                 a = np.zeros((1, a.shape[1] if a.ndim == 2 else 164), np.float32)
             out.append(np.concatenate([a, np.tile(onehot, (a.shape[0], 1))], axis=1))
@@ -201,6 +241,10 @@ def search_cost_model(model: PackSumXGB, featurizer: Featurizer, strategy_of_ctx
                 pass  # the session adds data and retrains once per round
 
             def predict(self, context, candidates):
+                if FEATURE_REUSE:  # untrained: random scores, no features needed
+                    scores = self.model.untrained_scores(len(candidates))
+                    if scores is not None:
+                        return scores.astype("float64")
                 feats = self.featurizer(context, candidates, self.strategy_of_ctx(context))
                 return self.model.predict(feats).astype("float64")
 
