@@ -25,75 +25,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "results")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-MS_SCRIPT = textwrap.dedent('''
-    import json, logging, sys, time
-    t0 = time.time()
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-    from workbench.workloads import registry
-    cfg = json.loads(sys.argv[1])
-    w = registry().get(cfg["workload"])
-    target = tvm.target.Target(cfg["target"])
-
-    def fast_build(mod, target, _params):
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-        return tvm.tirx.build(mod, target=target)
-
-    builder = ms.builder.LocalBuilder(timeout_sec=cfg["build_timeout"],
-                                      f_build=fast_build if cfg["fast"] else None)
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    t1 = time.time()
-    db = ms.tune_tir(mod=w.mod, target=target, work_dir=cfg["work_dir"], max_trials_global=cfg["trials"],
-                     num_trials_per_iter=cfg["per_round"], builder=builder)
-    t2 = time.time()
-    recs = db.get_all_tuning_records()
-    secs = [[float(x) for x in r.run_secs] if r.run_secs is not None else [1e10] for r in recs]
-    ok = [s for s in secs if min(s) < 1e9]
-    best = min((sorted(s)[len(s) // 2] for s in ok), default=None)
-    print(json.dumps({"measured": len(recs), "ok": len(ok), "failed": len(recs) - len(ok),
-                      "best_latency_ms": None if best is None else best * 1e3,
-                      "tuning_seconds": t2 - t1, "process_seconds": t2 - t0}))
-''')
+import _tuners  # noqa: E402
 
 
 def run_ms(workload, target, trials, per_round, fast, build_timeout):
     with tempfile.TemporaryDirectory() as wd:
-        cfg = {"workload": workload, "target": target, "trials": trials, "per_round": per_round, "fast": fast,
-               "build_timeout": build_timeout, "work_dir": wd}
-        t = time.time()
-        p = subprocess.run([sys.executable, "-c", MS_SCRIPT, json.dumps(cfg)], capture_output=True, text=True)
-        wall = time.time() - t
-    if p.returncode != 0:
-        raise SystemExit(f"MetaSchedule run failed:\n{p.stderr[-3000:]}")
-    out = json.loads(p.stdout.strip().splitlines()[-1])
-    out["wall_seconds"] = wall
-    return out
+        return _tuners.run_ms(workload, target, trials, per_round, fast, build_timeout, wd)
 
 
 def run_workbench(workload, target, trials, per_round):
     with tempfile.TemporaryDirectory() as wd:
-        db = os.path.join(wd, "wb.db")
-        t = time.time()
-        p = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", workload, "--trials", str(trials),
-                            "--target", json.dumps(target), "--db", db, "--strategy", "pre-transformed",
-                            "--trials-per-round", str(per_round), "--json", "--quiet"], capture_output=True, text=True)
-        wall = time.time() - t
-        if p.returncode != 0:
-            raise SystemExit(f"workbench run failed:\n{p.stderr[-3000:]}")
-        s = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"measured": s["trials"], "ok": s["trials"] - s["errors"], "failed": s["errors"],
-            "best_latency_ms": s["best_latency_ms"], "tuning_seconds": s["tuning_seconds"], "wall_seconds": wall,
-            "naive_latency_ms": s["naive_latency_ms"], "verified": s["verified"]}
+        return _tuners.run_workbench(workload, target, trials, per_round, os.path.join(wd, "wb.db"))
 
 
 def main():
