@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_PORT ?= 8888
 
-.PHONY: lab test install bench bench-full clean
+.PHONY: lab test install bench bench-full bench-throughput torch-env clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,27 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra --durations=15
 
-bench: $(STAMP)
+# Performance against MetaSchedule, vendor libraries and the machine's peak -> docs/results/performance.md.
+# torch (oneDNN, the conv vendor baseline) lives in its own environment, never in .venv; when it cannot be
+# installed the conv vendor comparison is skipped and the report says so. On a machine shared with other
+# benchmarks, hold the CPU lock around the whole run: `flock /tmp/wb-cpu.lock make bench`.
+TORCH_VENV    := .venv-torch
+TORCH_VERSION ?= 2.13.0
+
+$(TORCH_VENV)/.installed:
+	@($(PYTHON) -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q torch==$(TORCH_VERSION) && touch $@) || \
+	  echo "NOTE: torch==$(TORCH_VERSION) could not be installed into $(TORCH_VENV); the oneDNN comparison is skipped"
+
+torch-env: $(TORCH_VENV)/.installed
+
+bench: $(STAMP) torch-env      # quick mode: < 30 min on 2 cores
+	$(BIN)/python benchmarks/performance.py --mode quick
+
+bench-full: $(STAMP) torch-env # 64 and 256 trials, every workload, both MetaSchedule configurations: hours
+	$(BIN)/python benchmarks/performance.py --mode full
+
+bench-throughput: $(STAMP)
 	$(BIN)/python benchmarks/measure_throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-artifacts
+	rm -rf $(VENV) $(TORCH_VENV) .pytest_cache test-artifacts

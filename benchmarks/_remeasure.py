@@ -1,0 +1,108 @@
+"""The final kernels of every tuner, rebuilt and timed side by side in one process: a :mod:`_protocol` worker.
+
+    .venv/bin/python benchmarks/_remeasure.py THREADS
+
+``setup`` takes ``kernels`` (``{"key", "workload", "trace"}``: a trace in TVM's
+JSON form, postprocessors included, as the workbench's records store and
+MetaSchedule's database hold it) and ``numpy`` (workload names to time
+``numpy.matmul`` on, OpenBLAS with the same thread count). Each kernel is
+replayed, its weight-layout preproc block removed (MetaSchedule's own builder
+does the same: the weights arrive pre-transformed), built for the target and
+checked against the workload's NumPy reference on inputs whose weights went
+through that kernel's layout transform. ``round`` times every kernel once with
+TVM's ``time_evaluator`` (one repeat lasting >= ``min_repeat_ms``), in the
+order given, so repeated rounds interleave the tuners.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+THREADS = sys.argv[1] if len(sys.argv) > 1 else "2"
+os.environ["TVM_NUM_THREADS"] = THREADS
+os.environ["OPENBLAS_NUM_THREADS"] = THREADS
+os.environ["OMP_NUM_THREADS"] = THREADS
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import _protocol  # noqa: E402
+import numpy as np  # noqa: E402
+
+KERNELS: dict = {}
+NUMPY: dict = {}
+
+
+def _build(workload, trace_text, target):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from workbench import layouts, measure, space
+
+    sch = space.schedule_from_trace_json(workload, trace_text)
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
+    rt = tvm.tirx.build(mod, target=tvm.target.Target(target))
+    dev = tvm.cpu()
+    shapes = [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+    inputs = workload.make_inputs(seed=7)
+    kin = layouts.get("pre-transformed").deploy_inputs(sch, workload, inputs)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(a, dtype="float32"), dev) for a in kin]
+    out = tvm.runtime.tensor(np.zeros(shapes[-1], "float32"), dev)
+    name = getattr(rt, "entry_name", None) or "main"
+    rt[name](*args, out)
+    ok, detail = measure.verify(out.numpy(), workload.numpy_reference(inputs).astype(np.float64))
+    return rt, name, args + [out], ok, detail
+
+
+def setup(msg):
+    from workbench import tvm_env
+    from workbench.workloads import registry
+
+    tvm_env.setup()
+    reg = registry()
+    info = {}
+    for k in msg["kernels"]:
+        with open(k["trace"]) as f:
+            text = f.read()
+        rt, name, args, ok, detail = _build(reg.get(k["workload"]), text, msg["target"])
+        KERNELS[k["key"]] = (rt, name, args)
+        info[k["key"]] = {"verified": ok, "check": detail}
+    for wname in msg.get("numpy", []):
+        w = reg.get(wname)
+        a, b = (x.reshape(x.shape[-2:]) for x in w.make_inputs(seed=7))
+        c = np.empty((a.shape[0], b.shape[1]), np.float32)
+        NUMPY[wname] = (a, b, c)
+        info["numpy:" + wname] = {"verified": bool(np.allclose(a @ b, w.numpy_reference([a[None], b[None]]).reshape(c.shape),
+                                                                rtol=1e-3, atol=1e-3)), "check": "vs reference"}
+    return info
+
+
+def _numpy_once(a, b, c, min_s):
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            np.matmul(a, b, out=c)
+        t = time.perf_counter() - t0
+        if t >= min_s:
+            return t / n
+        n = max(n * 2, int(n * min_s / max(t, 1e-6)) + 1)
+
+
+def round_(msg):
+    import tvm
+
+    min_ms = int(msg.get("min_repeat_ms", 100))
+    out = {}
+    for key, (rt, name, args) in KERNELS.items():
+        f = rt.time_evaluator(name, tvm.cpu(), number=1, repeat=1, min_repeat_ms=min_ms)
+        out[key] = float(f(*args).results[0])
+    for wname, (a, b, c) in NUMPY.items():
+        out["numpy:" + wname] = _numpy_once(a, b, c, min_ms / 1e3)
+    return out
+
+
+if __name__ == "__main__":
+    _protocol.serve({"setup": setup, "round": round_})

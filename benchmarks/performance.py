@@ -1,0 +1,262 @@
+"""Performance against the peers: the workbench vs TVM MetaSchedule, vendor libraries and the machine's peak.
+
+    python benchmarks/performance.py --mode quick     # `make bench`: under 30 minutes on 2 cores
+    python benchmarks/performance.py --mode full      # `make bench-full`: several hours on 2 cores
+
+What it runs (all with the same llvm target, ``mcpu`` and ``num-cores`` included, and the same thread count):
+
+1. the machine's peak: an FMA microbenchmark and a STREAM-like triad (``benchmarks/peak/peak.c``, gcc -O3
+   -march=native -fopenmp);
+2. for each trial budget and workload: the workbench (``workbench tune``, quick preset, MetaSchedule's own weight
+   strategy ``pre-transformed``), MetaSchedule ``tune_tir`` with a build function that skips the tensor-intrinsics
+   import (``ms-fastbuild``) and with its stock builder and a long build timeout (``ms-stock``); each in a fresh
+   process, one after the other (``_tuners.py``); per-candidate timestamps give time-to-quality;
+3. the final kernel of every tuner, rebuilt, verified and timed in one process in interleaved rounds, with
+   numpy/OpenBLAS matmul in the same rounds and torch's oneDNN conv2d (in its own environment, ``.venv-torch``)
+   taking its turn in each round (``_remeasure.py``, ``_vendor_torch.py``);
+4. a profile of one workbench session, before and after the tuning-time change this benchmark documents
+   (``_profile.py``).
+
+Modes: ``quick`` = 64 trials; workbench and ms-fastbuild on all six workloads; ms-stock on one (its per-batch
+worker start-up makes it 4+ s per trial); 5 re-measurement rounds; profile at 64 trials.
+``full`` = 64 and 256 trials, all six workloads, both MetaSchedule configurations, 10 rounds.
+
+Writes ``docs/results/performance.md`` (+ ``performance.json``, ``performance_roofline.html``); raw tuner
+outputs (records stores, MetaSchedule work dirs) go to ``benchmarks/out/performance/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(ROOT, "docs", "results")
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+import _protocol  # noqa: E402
+import _report  # noqa: E402
+import _tuners  # noqa: E402
+
+# GMM 512^3; ResNet-18 3x3 convs at 56x56x64, 28x28x128, 14x14x256; a depthwise and a 1x1 conv.
+WORKLOADS = ["GMM.2", "resnet18.conv2", "resnet18.conv5", "resnet18.conv8", "mobilenet_v2.dw144_56_s1",
+             "resnet50.conv2"]
+MODES = {
+    "quick": {"budgets": [64], "ms_stock": ["resnet50.conv2"], "repeats": 5, "profile_trials": 64},
+    "full": {"budgets": [64, 256], "ms_stock": WORKLOADS, "repeats": 10, "profile_trials": 64},
+}
+PROFILE_WORKLOAD = "resnet18.conv2"
+ANALYSIS = os.path.join(HERE, "performance_analysis.md")
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_peak(out_dir: str, threads: int) -> dict:
+    exe = os.path.join(out_dir, "peak")
+    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", os.path.join(HERE, "peak", "peak.c"), "-o", exe],
+                   check=True)
+    p = subprocess.run([exe, str(threads)], capture_output=True, text=True, check=True,
+                       env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    return _report.parse_peak(p.stdout)
+
+
+def conv_spec(w) -> dict | None:
+    """A workload's conv as torch needs it (NCHW semantics, N=1), or None when it is not a conv."""
+    p = w.spec()["params"]
+    if w.op == "conv2d":
+        return {"name": w.name, "ci": p["in_channels"], "h": p["height"], "w": p["width"], "co": p["out_channels"],
+                "k": p["kernel"], "stride": p["stride"], "pad": p["padding"], "groups": p.get("groups", 1)}
+    if w.op == "depthwise_conv2d":
+        return {"name": w.name, "ci": p["channels"], "h": p["height"], "w": p["width"], "co": p["channels"],
+                "k": p["kernel"], "stride": p["stride"], "pad": p["padding"], "groups": p["channels"]}
+    return None
+
+
+def remeasure(result, out_dir, target, threads, repeats, torch_python):
+    """Every tuner's final kernel + the vendor libraries, timed in interleaved rounds."""
+    from workbench.workloads import registry
+
+    reg = registry()
+    kernels = []
+    for budget, per_w in result["runs"].items():
+        for wname, runs in per_w.items():
+            for tuner, r in runs.items():
+                trace = r.get("best_trace")
+                if trace is None and tuner == "workbench":
+                    trace = os.path.join(out_dir, f"wb-{wname}-{budget}.trace.json")
+                    with open(trace, "w") as f:
+                        f.write(_best_workbench_trace(r["db"]))
+                if trace:
+                    kernels.append({"key": f"{budget}|{wname}|{tuner}", "workload": wname, "trace": trace})
+    numpy_w = [w for w in result["names"] if reg.get(w).op in ("matmul", "batch_matmul")]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    tvm_w = _protocol.Worker([sys.executable, os.path.join(HERE, "_remeasure.py"), str(threads)], env=env, cwd=ROOT)
+    workers = [tvm_w]
+    try:
+        result["verification"] = tvm_w.call("setup", kernels=kernels, numpy=numpy_w, target=target)
+        convs = [c for c in (conv_spec(reg.get(w)) for w in result["names"]) if c]
+        torch_w = None
+        torch_ok = bool(torch_python and os.path.exists(torch_python) and subprocess.run(
+            [torch_python, "-c", "import torch"], capture_output=True).returncode == 0)
+        if torch_ok and convs:
+            torch_w = _protocol.Worker([torch_python, os.path.join(HERE, "_vendor_torch.py"), str(threads)], cwd=ROOT,
+                                       env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+            workers.append(torch_w)
+            result["torch"] = torch_w.call("setup", convs=convs)
+        elif convs:
+            result["torch"] = {"skipped": f"torch cannot be imported from {torch_python!r} (make bench creates "
+                                          ".venv-torch; torch could not be installed there)"}
+        samples: dict = {}
+        for i in range(repeats):
+            log(f"re-measure round {i + 1}/{repeats}")
+            for w in workers:
+                for k, v in w.call("round", min_repeat_ms=100).items():
+                    samples.setdefault(k, []).append(v)
+    finally:
+        for w in workers:
+            w.close()
+    result["samples"] = samples
+    for key, xs in samples.items():
+        if key.startswith("numpy:"):
+            result["vendor"][key[6:]] = dict(_report.summarize(xs), library="numpy/OpenBLAS")
+        elif "|" not in key:
+            result["vendor"][key] = dict(_report.summarize(xs), library="torch oneDNN " +
+                                         result["torch"]["formats"][key])
+        else:
+            budget, wname, tuner = key.split("|")
+            result["remeasure"].setdefault(budget, {}).setdefault(wname, {})[tuner] = _report.summarize(xs)
+
+
+def _best_workbench_trace(db: str) -> str:
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        (trace,) = con.execute("SELECT trace FROM records WHERE is_best = 1 ORDER BY latency_ms LIMIT 1").fetchone()
+    finally:
+        con.close()
+    return trace
+
+
+def run_profile(out_dir: str, target: dict, trials: int) -> dict:
+    """One session profiled twice in a fresh process each: with the change off ('before') and on ('after')."""
+    out = {}
+    for label, flag in (("before", "0"), ("after", "1")):
+        log(f"profile {label}: {PROFILE_WORKLOAD}, {trials} trials")
+        db = os.path.join(out_dir, f"profile-{label}.db")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "_profile.py"), PROFILE_WORKLOAD, "--trials",
+                            str(trials), "--db", db, "--target", json.dumps(target), "--improved", flag],
+                           capture_output=True, text=True, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=ROOT, TVM_NUM_THREADS=str(target["num-cores"])))
+        if p.returncode != 0:
+            raise RuntimeError(f"profile failed:\n{p.stderr[-3000:]}")
+        out[label] = json.loads(p.stdout)
+    import _profile
+
+    out["change"] = _profile.CHANGE
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=sorted(MODES), default="quick")
+    ap.add_argument("--trials", type=int, nargs="*", help="override the mode's budgets (e.g. 8 for a smoke test)")
+    ap.add_argument("--workloads", help="comma-separated subset (default: all six)")
+    ap.add_argument("--ms-stock", help="comma-separated workloads for ms-stock (default: the mode's)")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--per-round", type=int, default=16)
+    ap.add_argument("--ms-build-timeout", type=float, default=300.0)
+    ap.add_argument("--profile-trials", type=int, help="0 skips the profile")
+    ap.add_argument("--torch-python", default=os.path.join(ROOT, ".venv-torch", "bin", "python"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out", "performance"))
+    ap.add_argument("--results", default=RESULTS, help="where performance.md/.json go")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite performance.md from the existing performance.json (e.g. after editing the analysis)")
+    args = ap.parse_args()
+    if args.report_only:
+        with open(os.path.join(args.results, "performance.json")) as f:
+            write_report(json.load(f), args.results)
+        return
+
+    from workbench import tvm_env
+    from workbench.workloads import registry
+
+    mode = MODES[args.mode]
+    budgets = args.trials or mode["budgets"]
+    names = args.workloads.split(",") if args.workloads else WORKLOADS
+    stock = args.ms_stock.split(",") if args.ms_stock is not None else mode["ms_stock"]
+    repeats = args.repeats or mode["repeats"]
+    profile_trials = mode["profile_trials"] if args.profile_trials is None else args.profile_trials
+    target = tvm_env.host_target_dict()
+    threads = int(target["num-cores"])
+    os.makedirs(args.out, exist_ok=True)
+    reg = registry()
+    t_start = time.time()
+    cmd = "make bench" if args.mode == "quick" and len(sys.argv) <= 3 else \
+        "make bench-full" if args.mode == "full" and len(sys.argv) <= 3 else "python " + " ".join(
+            [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    result = {
+        "mode": args.mode, "command": cmd, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                   f"mcpu {target['mcpu']}", "target": json.dumps(target), "threads": threads,
+        "versions": tvm_env.library_versions(), "budgets": budgets, "per_round": args.per_round,
+        "repeats": repeats, "names": names, "ms_stock_workloads": [w for w in stock if w in names],
+        "workloads": [], "runs": {}, "remeasure": {}, "vendor": {},
+    }
+    for n in names:
+        w = reg.get(n)
+        result["workloads"].append({"name": n, "op": w.op, "flops": w.flops, "arg_shapes": w.arg_shapes,
+                                    "intensity": _report.arithmetic_intensity(w.flops, w.arg_shapes)})
+    log("peak microbenchmark")
+    result["peak"] = run_peak(args.out, threads)
+    log(f"peak: {result['peak']}")
+    for budget in budgets:
+        for n in names:
+            runs = result["runs"].setdefault(str(budget), {}).setdefault(n, {})
+            log(f"{n} @ {budget}: workbench")
+            runs["workbench"] = _tuners.run_workbench(n, target, budget, args.per_round,
+                                                      os.path.join(args.out, f"wb-{n}-{budget}.db"))
+            log(f"  best {runs['workbench']['best_latency_ms']} ms, {runs['workbench']['wall_seconds']:.0f} s")
+            configs = [("ms-fastbuild", True)] + ([("ms-stock", False)] if n in stock else [])
+            for tuner, fast in configs:
+                log(f"{n} @ {budget}: {tuner}")
+                runs[tuner] = _tuners.run_ms(n, target, budget, args.per_round, fast, args.ms_build_timeout,
+                                             os.path.join(args.out, f"{tuner}-{n}-{budget}"))
+                log(f"  best {runs[tuner]['best_latency_ms']} ms, {runs[tuner]['wall_seconds']:.0f} s, "
+                    f"failed {runs[tuner]['failed']}")
+    log("re-measuring final kernels, interleaved")
+    remeasure(result, args.out, target, threads, repeats, args.torch_python)
+    if profile_trials:
+        result["profile"] = run_profile(args.out, target, profile_trials)
+    result["total_seconds"] = time.time() - t_start
+    result["derived"] = _report.derive(result)
+    os.makedirs(args.results, exist_ok=True)
+    with open(os.path.join(args.results, "performance.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    write_report(result, args.results)
+
+
+def write_report(result: dict, results_dir: str) -> None:
+    """performance.md (+ the roofline plot) from a result dict; the analysis section comes from ANALYSIS."""
+    derived = _report.derive(result)
+    plot = os.path.join(results_dir, "performance_roofline.html")
+    has_plot = _report.roofline_html(result, derived, plot)
+    analysis = open(ANALYSIS).read() if os.path.exists(ANALYSIS) else ""
+    md = _report.markdown(result, derived, analysis, os.path.basename(plot) if has_plot else None)
+    md += f"\nTotal benchmark time: {result['total_seconds'] / 60:.1f} min.\n"
+    with open(os.path.join(results_dir, "performance.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
