@@ -94,6 +94,23 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--target", default="host")
     x.add_argument("--json", action="store_true", help="one JSON object per workload; the last line sums up")
 
+    m = sub.add_parser("model", help="tune a real model graph (Relax) end to end: extract, tune, compile, compare")
+    m.add_argument("name", choices=["resnet18"], help="the model (a ResNet-18-shaped relax.frontend.nn module)")
+    m.add_argument("--image", type=_positive, default=224, help="input height and width (default 224)")
+    m.add_argument("--width", type=_positive, default=64, help="channels of the first stage (default 64)")
+    m.add_argument("--stages", type=_positive, default=4, help="residual stages, 1-4 (default 4)")
+    m.add_argument("--batch", type=_positive, default=1)
+    m.add_argument("--trials", type=_positive, default=None, help="budget for all tasks together (default: two "
+                                                                   "rounds per tuned task)")
+    m.add_argument("--max-tasks", type=_positive, default=None,
+                   help="tune only the K tasks with the largest calls x FLOPs (the rest keep TVM's default lowering)")
+    m.add_argument("--trials-per-round", type=_positive, default=None)
+    m.add_argument("--strategy", default="no-rewrite")
+    m.add_argument("--seed", type=_int, default=0)
+    m.add_argument("--db", default="workbench.db")
+    m.add_argument("--target", default="host")
+    m.add_argument("--json", action="store_true", help="the result as one JSON object on the last line")
+
     i = sub.add_parser("import", help="import tuning records from a MetaSchedule JSONDatabase directory")
     i.add_argument("dir", help="the MetaSchedule work_dir (database_workload.json, database_tuning_record.json)")
     i.add_argument("--db", required=True, help="records store to import into")
@@ -413,7 +430,42 @@ def cmd_transfer(args) -> int:
     return 0
 
 
-COMMANDS = {"workloads": cmd_workloads, "tune": cmd_tune, "show": cmd_show, "best": cmd_best,
+def cmd_model(args) -> int:
+    from . import relax_model as rm
+    from . import tvm_env
+    from .store import RecordStore
+
+    tvm_env.parse_target(args.target)
+    RecordStore(args.db)
+    model = rm.resnet18(batch=args.batch, image=args.image, width=args.width, stages=args.stages, seed=args.seed)
+    overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
+    if args.trials is None:
+        n = args.max_tasks or len(rm.extract(model, args.target))
+        from .presets import get
+
+        args.trials = 2 * (args.trials_per_round or get("quick").trials_per_round) * n
+
+    def progress(e):
+        if e.kind == "network_round" and not args.json:
+            print(f"round {e.data['round']:3d} {e.data['workload']:40s} trials {e.data['trials_done']:5d}  "
+                  f"estimated {e.data['estimated_latency_ms']:.4g} ms", file=sys.stderr, flush=True)
+
+    res = rm.tune_and_compare(model, trials=args.trials, db=args.db, target=args.target, max_tasks=args.max_tasks,
+                              strategy=args.strategy, seed=args.seed, on_event=progress, **overrides)
+    out = {k: v for k, v in res.items() if k != "session"}
+    out.update(model=args.name, config=model.config, trials=res["session"]["trials"], db=args.db,
+               tuning_seconds=res["session"]["tuning_seconds"])
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{args.name} {model.config}: {len(res['tasks'])} tasks, {len(res['tuned_tasks'])} tuned with "
+              f"{out['trials']} trials in {out['tuning_seconds']:.0f} s")
+        print(f"untuned {res['untuned_latency_ms']:.4g} ms  tuned {res['tuned_latency_ms']:.4g} ms  "
+              f"speedup {res['speedup']:.2f}x  outputs match: {res['matches']} (max abs error {res['max_abs_error']:.2g})")
+    return 0 if res["matches"] else 1
+
+
+COMMANDS = {"model": cmd_model, "workloads": cmd_workloads, "tune": cmd_tune, "show": cmd_show, "best": cmd_best,
             "export": cmd_export, "import": cmd_import, "transfer": cmd_transfer}
 
 
