@@ -256,7 +256,7 @@ def _tune_network(args, name, workloads) -> int:
                 bar.set_postfix(est=f"{e.data['estimated_latency_ms']:.4g} ms", last=e.data["workload"])
             elif e.kind in ("network_baseline",):
                 bar.write(f"[{name}] untuned: {e.data['naive_latency_ms']:.4g} ms (sum of weight x latency)")
-            elif e.kind in ("paused", "resumed", "stopped", "failed", "task_dead") and "network" in e.data:
+            elif e.kind in ("network_paused", "network_resumed", "network_stopped", "network_failed", "task_dead"):
                 bar.write(f"[{e.kind}] {e.data.get('message', e.data.get('workload', ''))}".rstrip())
 
         session.subscribe(on_event)

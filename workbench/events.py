@@ -19,6 +19,10 @@ Kinds and their ``data``:
                        timeouts, retried, in_flight; optionally seconds, message, retrying (RPC runner only)
   stopped / finished   trials_done, best_latency_ms, summary
   failed               message (an unexpected error ended the session; records so far are kept)
+
+A NetworkSession (workbench/network.py) adds network_started, network_baseline, task_chosen, network_round
+(estimated_latency_ms = sum of weight x latency), task_dead, network_paused / network_resumed and
+network_finished / network_stopped / network_failed; see that module.
 """
 
 from __future__ import annotations

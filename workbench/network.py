@@ -13,6 +13,16 @@ gets the next round; after every round the estimated end-to-end latency
 is emitted as a ``network_round`` event and stored with the events of the task
 that ran the round (``network_history(db)`` reads the curve back).
 
+A subscriber hears every task's own events (``candidate_measured``, ``new_best``, ...,
+each task's ``finished``) plus the network's: ``network_started``,
+``network_baseline`` (naive_latency_ms, per_task), ``task_chosen`` (round, index,
+workload, reason: warm-up | gradient | tie, gradients, n), ``network_round``
+(round, index, workload, trials_done, estimated_latency_ms, naive_latency_ms,
+per_task_ms, elapsed_s), ``task_dead``, ``network_paused`` / ``network_resumed``,
+and one of ``network_finished`` / ``network_stopped`` / ``network_failed``. The
+network's own events are stored with the first task's session unless they
+concern one task.
+
 ``trials`` is the budget for the whole network (all tasks together), spent in
 rounds of the preset's ``trials_per_round``.
 """
@@ -213,13 +223,13 @@ class NetworkSession:
                        per_task={t.workload.name: t.naive_latency_ms for t in self.tasks})
             reason = self._schedule()
             self.status = "stopped" if self._stop.is_set() else "finished"
-            self._emit(self.status, trials_done=self.trials_done, reason=reason,
+            self._emit("network_" + self.status, trials_done=self.trials_done, reason=reason,
                        estimated_latency_ms=self.estimated_latency_ms(), summary=self.summary())
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised by run()
             self.error = e
             self.status = "failed"
             try:
-                self._emit("failed", message=f"{type(e).__name__}: {e}")
+                self._emit("network_failed", message=f"{type(e).__name__}: {e}")
             except Exception:
                 pass
         finally:
@@ -252,10 +262,10 @@ class NetworkSession:
 
     def _wait_if_paused(self) -> bool:
         if not self._running.is_set():
-            self._emit("paused", trials_done=self.trials_done)
+            self._emit("network_paused", trials_done=self.trials_done)
             self._running.wait()
             if not self._stop.is_set():
-                self._emit("resumed", trials_done=self.trials_done)
+                self._emit("network_resumed", trials_done=self.trials_done)
         return not self._stop.is_set()
 
     def _schedule(self) -> str:
