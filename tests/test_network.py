@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -50,14 +51,32 @@ def test_two_workloads_share_pools_and_model_and_report_the_network_latency(tmp_
     assert sorted(x["trials"] for x in store.sessions()) == sorted(t["trials"] for t in summ["tasks"])
 
 
-def test_network_stop_from_another_thread(tmp_path):
+def test_network_pause_resume_stop_from_another_thread(tmp_path):
     s = NetworkSession([SMALL["conv_nhwc"], SMALL["matmul"]], trials=64, db=str(tmp_path / "n.db"),
                        strategy="no-rewrite", **TINY)
-    s.subscribe(lambda e: s.stop() if e.kind == "network_round" else None)
+    kinds = []
+
+    def on(e):
+        kinds.append(e.kind)
+        if e.kind == "network_round" and e.data["round"] == 1:
+            s.pause()
+        elif e.kind == "network_round" and e.data["round"] == 2:
+            s.stop()
+
+    s.subscribe(on)
     s.start()
+    deadline = time.time() + 300
+    while "network_paused" not in kinds and time.time() < deadline:
+        time.sleep(0.2)
+    assert "network_paused" in kinds and s.paused
+    n = s.trials_done
+    time.sleep(2)
+    assert s.trials_done == n == 4  # nothing runs while paused
+    s.resume_running()
     assert s.wait(300)
     summ = s.summary()
-    assert summ["status"] == "stopped" and summ["trials"] == 4
+    assert "network_resumed" in kinds and kinds.count("network_stopped") == 1
+    assert summ["status"] == "stopped" and summ["trials"] == 8 and summ["rounds"] == 2
 
 
 def test_cli_tunes_a_spec_file_with_weights(tmp_path):
