@@ -209,6 +209,9 @@ def write_report(data, results=RESULTS):
              f"{len(data['source_layers'])} ResNet-18 source layers, {data['trials_per_layer']} trials per layer for "
              f"source and full tuning, {data['per_round']} per round, strategy `{data['strategy']}`, seed {data['seed']}). "
              f"Total wall time {data['wall_s'] / 60:.1f} min (source tuning {data['source_s']:.0f} s).")
+    if data.get("git"):
+        L.append("")
+        L.append(f"Code: {data['git']}.")
     L.append("")
     L.append("Definitions as in the paper's artifact: S_x = t_untuned / t_x on the network latency "
              "sum(multiplicity x layer latency) over the selected unique layers; fraction = (S_TT - 1)/(S_full - 1); "
@@ -283,6 +286,19 @@ def write_report(data, results=RESULTS):
         f.write("\n".join(L) + "\n")
 
 
+def _git_state() -> str:
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.split("\n")
+        changed = sorted(ln[3:] for ln in dirty if ln.strip())
+        return head + (f" + uncommitted changes to {', '.join(changed)}" if changed else "")
+    except OSError:
+        return "unknown"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=sorted(MODES), default="reduced")
@@ -323,7 +339,7 @@ def main(argv=None):
             "trials_per_layer": args.trials, "per_round": args.per_round, "strategy": args.strategy, "seed": args.seed,
             "source_layers": [w.name for w in source], "source_db": source_db, "source_s": t_src,
             "targets": targets, "paper": PAPER, "mbv2_pointwise_flop_share": pw / sum(w.weight * w.flops for w in mb),
-            "wall_s": time.time() - t0, "versions": tvm_env.library_versions()}
+            "wall_s": time.time() - t0, "versions": tvm_env.library_versions(), "git": _git_state()}
     if not args.no_write:
         write_report(data, args.results)
     for r in targets:
