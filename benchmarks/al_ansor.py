@@ -62,21 +62,24 @@ def _curve(rec):
     return out
 
 
-def collect(db):
+def collect(db, need_all=True):
     """Runs of a (possibly interrupted) benchmark store: the layers whose four methods all finished."""
     from workbench import RecordStore
 
     store = RecordStore(db, readonly=True)
     runs = {}
     for sess in store.sessions():
-        if sess["status"] != "finished":
+        rec = store.records(session_id=sess["id"])
+        # A session whose process died after its last trial (before its status was written) is complete too.
+        if sess["status"] != "finished" and len(rec) < sess["trials"]:
             continue
         m = "adaptive" if sess["strategy_arg"].startswith("auto") else sess["strategy_arg"]
-        rec = store.records(session_id=sess["id"])
         elapsed = float(rec["elapsed_s"].max()) if len(rec) else 0.0
         runs[(sess["workload"], sess["seed"], m)] = {"target": sess["target"],
             "session_id": sess["id"], "seconds": elapsed, "alloc": rec.groupby("strategy").size().to_dict(),
             "curve": _curve(rec), "trials": len(rec)}
+    if not need_all:
+        return runs, None, None
     complete = {}
     for (layer, seed, m) in runs:
         complete.setdefault((layer, seed), set()).add(m)
@@ -147,6 +150,8 @@ def main():
     ap.add_argument("--threads", type=int, default=None,
                     help="cores for tuning and timing (default: all). 1 keeps timings honest on a shared machine: "
                          "a parallel kernel stalls whenever another process takes one of its cores")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep --db and the sessions in it that finished with --trials trials; tune the rest")
     ap.add_argument("--report-only", action="store_true",
                     help="no tuning: report on the layers whose four methods all finished in --db")
     args = ap.parse_args()
@@ -166,12 +171,23 @@ def main():
         target = next(iter(runs.values()))["target"]
     else:
         os.makedirs(os.path.dirname(args.db), exist_ok=True)
-        if os.path.exists(args.db):
-            os.remove(args.db)
+        done = {}
+        if args.resume and os.path.exists(args.db):
+            prev, _, _ = collect(args.db, need_all=False)
+            done = {k: v for k, v in prev.items() if v["trials"] == args.trials}
+        else:
+            from workbench.store import remove_store
+
+            remove_store(args.db)
         runs = {}
         for layer in layers:
             for seed in seeds:
                 for m in methods:
+                    if (layer, seed, m) in done:
+                        runs[(layer, seed, m)] = done[(layer, seed, m)]
+                        print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {args.db}",
+                              file=sys.stderr, flush=True)
+                        continue
                     print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}", file=sys.stderr, flush=True)
                     runs[(layer, seed, m)] = tune(layer, m, args.trials, seed, args.db, arms, args.trials_per_round,
                                                   target)

@@ -34,6 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "results")
 sys.path.insert(0, ROOT)
 
+from workbench.store import remove_store  # noqa: E402
+
 PAPER = {"fraction_avg": 49.13, "fraction_max": 88.41, "time_ratio_server": 6.5, "time_ratio_edge": 10.8}
 
 MODES = {
@@ -140,8 +142,7 @@ def run_target(name, targets, source_db, bank_params, args, out):
     default_ms = measure_default(targets)
     print(f"# full tuning of {name}: {args.trials} trials per layer", flush=True)
     full_db = os.path.join(out, f"full_{name}.db")
-    if os.path.exists(full_db):
-        os.remove(full_db)
+    remove_store(full_db)
     summ, hist, t_full = tune_network(targets, args.trials, full_db, args.seed, args.per_round, args.strategy,
                                       f"full-{name}")
     layers = []
@@ -324,8 +325,7 @@ def main(argv=None):
         source_db, t_src = args.source_db, 0.0
     else:
         source_db = os.path.join(args.out, "source_resnet18.db")
-        if os.path.exists(source_db):
-            os.remove(source_db)
+        remove_store(source_db)
         print(f"# source: {len(source)} ResNet-18 layers x {args.trials} trials", flush=True)
         _, _, t_src = tune_network(source, args.trials, source_db, args.seed, args.per_round, args.strategy, "source")
     bank_params = {w.name: (w.class_key, w.params) for w in source}
