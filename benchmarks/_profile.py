@@ -31,8 +31,9 @@ CHANGE = ("The change (`workbench/cost_model.py`, `FEATURE_REUSE`): a program's 
           "per session and looked up by structural hash afterwards (the evolutionary search re-scores the survivors "
           "of every generation and the measured elites of every round, and the session featurized the batch the "
           "search had just scored), and the search extracts no features while the model is untrained (its scores "
-          "are then random). The scores, and so the search's proposals, are unchanged; 'before' is the same session "
-          "with the switch off.")
+          "are then random). Given the same data the scores are unchanged (tested); the two sessions still diverge "
+          "after their first round, because measured latencies, the model's training labels, differ from run to "
+          "run, so their best kernels differ by chance. 'before' is the same session with the switch off.")
 
 PHASES = ("search", "features", "predict", "train", "build", "run", "verify", "store")
 

@@ -247,6 +247,11 @@ def markdown(result: dict, derived: dict, analysis: str = "", plot_name: str | N
         L += [f"| **total** | **{prof['before']['wall_seconds']:.1f}** | **{prof['after']['wall_seconds']:.1f}** |",
               f"| best ms | {_fmt(prof['before']['best_latency_ms'])} | {_fmt(prof['after']['best_latency_ms'])} |", "",
               prof.get("change", ""), ""]
+        fc = prof["after"].get("feature_cache")
+        if fc:
+            L += [f"With the change, {fc['hits']} of {fc['hits'] + fc['misses']} feature look-ups were served from the "
+                  f"cache, and feature extraction ran in {prof['after']['calls']['features']} calls instead of "
+                  f"{prof['before']['calls']['features']}.", ""]
     if analysis:
         L += ["## Analysis", "", analysis.strip(), ""]
     return "\n".join(L)
