@@ -106,3 +106,16 @@ def test_protocol_worker_round_trip_and_errors(tmp_path):
         assert w.call("add", a=2, b=2) == 4
     finally:
         w.close()
+
+
+def test_conv_spec_gives_torch_the_workloads_shapes():
+    import performance
+    from workbench.workloads import registry
+
+    reg = registry()
+    assert performance.conv_spec(reg.get("resnet18.conv5")) == {
+        "name": "resnet18.conv5", "ci": 128, "h": 28, "w": 28, "co": 128, "k": 3, "stride": 1, "pad": 1, "groups": 1}
+    dw = performance.conv_spec(reg.get("mobilenet_v2.dw144_56_s1"))
+    assert dw["groups"] == dw["ci"] == dw["co"] == 144
+    assert performance.conv_spec(reg.get("GMM.2")) is None
+    assert [reg.get(n).name for n in performance.WORKLOADS] == performance.WORKLOADS  # all registered
