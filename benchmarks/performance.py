@@ -1,7 +1,8 @@
 """Performance against the peers: the workbench vs TVM MetaSchedule, vendor libraries and the machine's peak.
 
     python benchmarks/performance.py --mode quick     # `make bench`: under 30 minutes on 2 cores
-    python benchmarks/performance.py --mode full      # `make bench-full`: several hours on 2 cores
+    python benchmarks/performance.py --mode full      # `make bench-full`: about 4 hours on 2 cores (estimated
+                                                      # from the quick run's per-trial rates; not run yet)
 
 What it runs (all with the same llvm target, ``mcpu`` and ``num-cores`` included, and the same thread count):
 
