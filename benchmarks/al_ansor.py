@@ -152,6 +152,8 @@ def main():
                          "a parallel kernel stalls whenever another process takes one of its cores")
     ap.add_argument("--resume", action="store_true",
                     help="keep --db and the sessions in it that finished with --trials trials; tune the rest")
+    ap.add_argument("--rerun", default=None,
+                    help="with --resume: tune these methods again (comma list, e.g. adaptive after a controller change)")
     ap.add_argument("--report-only", action="store_true",
                     help="no tuning: report on the layers whose four methods all finished in --db")
     args = ap.parse_args()
@@ -174,7 +176,8 @@ def main():
         done = {}
         if args.resume and os.path.exists(args.db):
             prev, _, _ = collect(args.db, need_all=False)
-            done = {k: v for k, v in prev.items() if v["trials"] == args.trials}
+            rerun = set(args.rerun.split(",")) if args.rerun else set()
+            done = {k: v for k, v in prev.items() if v["trials"] == args.trials and k[2] not in rerun}
         else:
             from workbench.store import remove_store
 

@@ -262,6 +262,7 @@ class TuningSession:
         self.inputs = w.make_inputs(seed=1234)
         self.out_shape = w.arg_shapes[-1]
         self._measured_hashes: set = set()
+        self._seed_copies: set = set()  # hashes of programs offered by _cross_seed (see _propose)
         self.contexts = {}
         self.ms_dbs = {}
         prior = self.store.traces(self.session_id) if self._resumed else []
@@ -361,6 +362,7 @@ class TuningSession:
             return
         from tvm.s_tir import meta_schedule as ms
         from tvm.s_tir.schedule import Schedule
+        from tvm_ffi import structural_hash
 
         for s, (db, wl) in self.ms_dbs.items():
             if s == source:
@@ -374,6 +376,7 @@ class TuningSession:
                 continue
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
+            self._seed_copies.add(format(structural_hash(sch.mod) & (2**64 - 1), "016x"))
 
     def _teardown(self) -> None:
         for name in ("builder", "runner"):
@@ -452,14 +455,20 @@ class TuningSession:
         from tvm_ffi import structural_hash
 
         ctx = self.contexts[strategy]
-        out = []
+        out, copies = [], []
         for _ in range(3):  # a search round can return only already-measured programs; retry a little
             cands = ctx.generate_measure_candidates()
             if not cands:
                 break
             for c in cands:
                 h = format(structural_hash(c.sch.mod) & (2**64 - 1), "016x")
-                if h in self._measured_hashes or any(h == o[1] for o in out):
+                if h in self._measured_hashes or any(h == o[1] for o in out + copies):
+                    continue
+                if h in self._seed_copies:
+                    # Another strategy's program replayed as is: the model ranks these seeds high, and
+                    # measuring them took a quarter of an adaptive session's trials (first AL-Ansor rerun).
+                    # They steer the search; only its new programs are measured, unless it has no other.
+                    copies.append((c, h))
                     continue
                 out.append((c, h))
                 if len(out) >= n:
@@ -468,6 +477,8 @@ class TuningSession:
                 break
             if out:
                 break
+        if not out:
+            out = copies[:n]
         strip = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)
         return [(c, h, strip(c.sch.mod)) for c, h in out]
 
