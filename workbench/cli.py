@@ -210,6 +210,16 @@ def cmd_tune(args) -> int:
 
         session.subscribe(on_event)
 
+    summ = _run_until_done_or_ctrl_c(session, bar)
+    if args.json:
+        print(json.dumps(summ))
+    else:
+        _print_summary(summ)
+    return 0 if session.status == "finished" else 130
+
+
+def _run_until_done_or_ctrl_c(session, bar) -> dict:
+    """Ctrl-C stops the session after the current candidate (its records are kept); returns the summary."""
     def _stop(_sig, _frm):
         session.stop()
 
@@ -220,12 +230,7 @@ def cmd_tune(args) -> int:
         signal.signal(signal.SIGINT, old)
         if bar is not None:
             bar.close()
-    summ = session.summary()
-    if args.json:
-        print(json.dumps(summ))
-    else:
-        _print_summary(summ)
-    return 0 if session.status == "finished" else 130
+    return session.summary()
 
 
 def _tune_network(args, name, workloads) -> int:
@@ -261,17 +266,7 @@ def _tune_network(args, name, workloads) -> int:
 
         session.subscribe(on_event)
 
-    def _stop(_sig, _frm):
-        session.stop()
-
-    old = signal.signal(signal.SIGINT, _stop)
-    try:
-        session.run()
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if bar is not None:
-            bar.close()
-    summ = session.summary()
+    summ = _run_until_done_or_ctrl_c(session, bar)
     if args.json:
         print(json.dumps(summ))
     else:

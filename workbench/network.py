@@ -29,19 +29,19 @@ rounds of the preset's ``trials_per_round``.
 
 from __future__ import annotations
 
-import threading
 import time
 
 from . import cost_model as cm
 from . import measure, presets, tvm_env
 from .errors import WorkbenchError
-from .events import Event, EventBus
+from .events import Event
+from .lifecycle import SessionLifecycle
 from .scheduler import GradientScheduler, similarity_tag
 from .session import DEFAULT_DB, TuningSession, as_workload
 from .store import RecordStore
 
 
-class NetworkSession:
+class NetworkSession(SessionLifecycle):
     def __init__(self, workloads, target="host", trials: int | None = None, preset="quick", seed: int = 0,
                  db: str | RecordStore = DEFAULT_DB, strategy="auto", name: str | None = None, **preset_overrides):
         ws = [as_workload(w) for w in workloads]
@@ -72,17 +72,9 @@ class NetworkSession:
                       for i, w in enumerate(ws)]
         self.scheduler = GradientScheduler([w.weight for w in ws], [float(w.flops) for w in ws],
                                            [similarity_tag(w.class_key, float(w.flops)) for w in ws], seed=seed)
-        self._bus = EventBus()
+        self._init_lifecycle()
         for t in self.tasks:
             t.subscribe(self._bus.emit)  # a subscriber hears every task's events, too
-        self._running = threading.Event()
-        self._running.set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.status = "created"
-        self.error: BaseException | None = None
-        self.trials_done = 0
-        self.round = 0
         self.history: list[dict] = []  # one entry per round: the network_round event's data
         self._t0 = None
 
@@ -95,24 +87,9 @@ class NetworkSession:
         """``fn(event)`` for the network's own events and every task's (called on the tuning thread)."""
         return self._bus.subscribe(fn)
 
-    def run(self) -> dict:
-        self._loop()
-        if self.status == "failed" and self.error is not None:
-            raise self.error
-        return self.summary()
-
-    def start(self) -> threading.Thread:
-        if self._thread is not None and self._thread.is_alive():
-            raise WorkbenchError("this session is already running")
-        self._thread = threading.Thread(target=self._loop, name=f"tuning-{self.name}", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
+    @property
+    def _thread_name(self) -> str:
+        return self.name
 
     def pause(self) -> None:
         """Takes effect between candidates of the current round (or before the next round)."""
@@ -130,10 +107,6 @@ class NetworkSession:
         self._running.set()
         for t in self.tasks:
             t.stop()
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
 
     @property
     def cost_model(self):

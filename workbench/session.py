@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
 import time
 
 import numpy as np
@@ -26,7 +25,8 @@ from . import cost_model as cm
 from . import layouts, measure, presets, space, tvm_env
 from .controller import StrategyController
 from .errors import WorkbenchError
-from .events import Event, EventBus
+from .events import Event
+from .lifecycle import SessionLifecycle
 from .store import RecordStore
 from .workloads import Workload, registry, workload_from_spec
 
@@ -52,7 +52,7 @@ def _mode_for(strategy, names) -> str:
     return "round-robin"
 
 
-class TuningSession:
+class TuningSession(SessionLifecycle):
     def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
                  db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
                  runner=None, _resume: dict | None = None, builder=None, model=None, **preset_overrides):
@@ -81,15 +81,7 @@ class TuningSession:
         self.store = db if isinstance(db, RecordStore) else RecordStore(db)
         self.db_path = self.store.path
         self.builder_workers = builder_workers or min(2, tvm_env.available_cores())
-        self._bus = EventBus()
-        self._running = threading.Event()
-        self._running.set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.status = "created"
-        self.error: BaseException | None = None
-        self.trials_done = 0
-        self.round = 0
+        self._init_lifecycle()
         self.best: dict | None = None  # overall best record (verified)
         self.best_by_strategy: dict = {}
         self.naive_latency_ms: float | None = None
@@ -126,29 +118,9 @@ class TuningSession:
         return cls(row["spec"], target=row["target"], trials=trials or row["trials"], preset=preset,
                    seed=row["seed"], db=store, _resume=row, **kw)
 
-    def subscribe(self, fn):
-        """``fn(event)`` for every event of this session (called on the tuning thread)."""
-        return self._bus.subscribe(fn)
-
-    def run(self) -> dict:
-        """Tune until the budget is spent or ``stop()``; returns the summary."""
-        self._loop()
-        if self.status == "failed" and self.error is not None:
-            raise self.error
-        return self.summary()
-
-    def start(self) -> threading.Thread:
-        if self._thread is not None and self._thread.is_alive():
-            raise WorkbenchError("this session is already running")
-        self._thread = threading.Thread(target=self._loop, name=f"tuning-{self.workload.name}", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
+    @property
+    def _thread_name(self) -> str:
+        return self.workload.name
 
     def pause(self) -> None:
         if self._running.is_set() and self.status == "running":
@@ -160,10 +132,6 @@ class TuningSession:
     def stop(self) -> None:
         self._stop.set()
         self._running.set()
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
 
     @property
     def cost_model(self):
