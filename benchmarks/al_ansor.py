@@ -156,7 +156,13 @@ def main():
                     help="with --resume: tune these methods again (comma list, e.g. adaptive after a controller change)")
     ap.add_argument("--report-only", action="store_true",
                     help="no tuning: report on the layers whose four methods all finished in --db")
+    ap.add_argument("--markdown-only", action="store_true",
+                    help="no tuning, no timing: rewrite al_ansor.md from al_ansor.json (e.g. after editing the analysis)")
     args = ap.parse_args()
+    if args.markdown_only:
+        with open(os.path.join(RESULTS, "al_ansor.json")) as f:
+            _write_md(json.load(f), args)
+        return
 
     from workbench import RecordStore, tvm_env
     from workbench.workloads import registry
@@ -231,7 +237,7 @@ def main():
         "allocation": alloc, "winner_strategy": {f"{k[0]}|{k[1]}|{k[2]}": v.get("best_strategy") for k, v in runs.items()},
         "tuning_seconds": {f"{k[0]}|{k[1]}|{k[2]}": round(v["seconds"], 1) for k, v in runs.items()},
         "curves": {f"{k[0]}|{k[1]}|{k[2]}": v["curve"] for k, v in runs.items()},
-        "wall_seconds": round(time.time() - t0, 1),
+        "wall_seconds": round(time.time() - t0, 1), "command": "python " + " ".join(sys.argv),
     }
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "al_ansor.json"), "w") as f:
@@ -269,7 +275,7 @@ def _write_md(res, args):
          f"was rebuilt from its trace and re-measured {res['repeats']}x, all methods interleaved in shuffled order; "
          "the median is shown (geometric mean over seeds). Latencies are deployment latencies: transform-stage "
          "includes its weight copy on every call, the others transform weights once, offline. Produced by "
-         f"`python {' '.join(sys.argv)}` in {res['wall_seconds'] / 60:.0f} min.", "",
+         f"`{res.get('command') or 'python ' + ' '.join(sys.argv)}` in {res['wall_seconds'] / 60:.0f} min.", "",
          "## Latency per layer (ms, lower is better)", "",
          "| layer | no-rewrite | transform-stage | pre-transformed | adaptive | adaptive's winner |", "|---|---|---|---|---|---|"]
     for l in res["layers"]:
