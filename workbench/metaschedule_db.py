@@ -18,7 +18,7 @@ import time
 
 from . import layouts, space, tvm_env
 from .errors import WorkbenchError
-from .store import RecordStore
+from .store import RecordStore, program_hash
 from .workloads import workload_from_spec
 
 
@@ -84,7 +84,6 @@ def import_dir(work_dir: str, db: str, workload) -> int:
                                preset_params={}, seed=0, trials=len(records), strategies=sorted(layouts.STRATEGIES),
                                strategy_arg="imported", versions=tvm_env.library_versions())
     from tvm.s_tir.schedule import Schedule
-    from tvm_ffi import structural_hash
 
     now = time.time()
     for i, rec in enumerate(records, 1):
@@ -96,7 +95,7 @@ def import_dir(work_dir: str, db: str, workload) -> int:
             "session_id": sid, "workload": workload.name, "trial": i, "round": 0,
             "strategy": strategy_of_trace(sch.trace), "chosen_by": "imported", "trace": space.trace_json(sch),
             "decisions": space.decisions_json(sch.trace),
-            "mod_hash": format(structural_hash(sch.mod) & (2**64 - 1), "016x"), "predicted_score": None,
+            "mod_hash": program_hash(sch.mod), "predicted_score": None,
             "run_secs": secs, "latency_ms": None if lat is None else lat * 1e3,
             "gflops": None if lat is None else workload.flops / lat / 1e9,
             "error_class": None if lat is not None else "imported-failure", "error_msg": None,

@@ -140,14 +140,14 @@ class NetworkSession(SessionLifecycle):
     def summary(self) -> dict:
         est, naive = self.estimated_latency_ms(), self.naive_latency_ms()
         per = []
-        for w, t in zip(self.workloads, self.tasks):
+        for i, (w, t) in enumerate(zip(self.workloads, self.tasks)):
             b = t.best
             per.append({"workload": w.name, "weight": w.weight, "session_id": t.session_id,
-                        "trials": t.trials_done, "rounds": self.scheduler.rounds[self.tasks.index(t)],
+                        "trials": t.trials_done, "rounds": self.scheduler.rounds[i],
                         "best_latency_ms": b["latency_ms"] if b else None,
                         "best_strategy": b["strategy"] if b else None, "naive_latency_ms": t.naive_latency_ms,
                         "verified": bool(b and b["verified"]),
-                        "dead": self.tasks.index(t) in self.scheduler.dead})
+                        "dead": i in self.scheduler.dead})
         return {
             "network": self.name,
             "tasks": per,
@@ -190,7 +190,7 @@ class NetworkSession(SessionLifecycle):
             for t in self.tasks:
                 if self._stop.is_set():
                     break
-                t.open()  # search contexts, untuned baseline, reference
+                t.open(builder=self.builder, runner=self.runner)  # search contexts, untuned baseline, reference
                 opened.append(t)
             self._emit("network_baseline", naive_latency_ms=self.naive_latency_ms(),
                        per_task={t.workload.name: t.naive_latency_ms for t in self.tasks})
@@ -221,9 +221,6 @@ class NetworkSession(SessionLifecycle):
                                        timeout=p.build_timeout)
         self.runner = measure.Runner(int(self.target_dict["num-cores"]), timeout=p.run_timeout, number=p.number,
                                      repeat=p.repeat, min_repeat_ms=p.min_repeat_ms)
-        for t in self.tasks:  # the hooks TuningSession reads in its setup
-            t._shared_builder = self.builder
-            t.runner_spec = self.runner
 
     def _close_pools(self) -> None:
         for obj in (getattr(self, "builder", None), getattr(self, "runner", None)):

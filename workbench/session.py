@@ -27,7 +27,7 @@ from .controller import StrategyController
 from .errors import WorkbenchError
 from .events import Event
 from .lifecycle import SessionLifecycle
-from .store import RecordStore
+from .store import RecordStore, program_hash
 from .workloads import Workload, registry, workload_from_spec
 
 DEFAULT_DB = "workbench.db"
@@ -55,10 +55,11 @@ def _mode_for(strategy, names) -> str:
 class TuningSession(SessionLifecycle):
     def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
                  db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
-                 runner=None, _resume: dict | None = None, builder=None, model=None, **preset_overrides):
-        # builder / model: a measure.Builder and a cost_model.PackSumXGB shared with other sessions (a network
-        # session shares one of each across its tasks); the caller owns and closes a shared builder.
-        self._shared_builder, self._shared_model = builder, model
+                 runner=None, _resume: dict | None = None, model=None, **preset_overrides):
+        # model: a cost_model.PackSumXGB shared with other sessions (a network session shares one across its
+        # tasks); a shared builder and runner are handed to open().
+        self._shared_model = model
+        self._shared_builder = None
         self.workload = as_workload(workload)
         if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
             raise WorkbenchError(f"trials must be a positive integer, got {trials!r}")
@@ -186,17 +187,10 @@ class TuningSession(SessionLifecycle):
         self.store.update_session(self.session_id, status=status)
 
     def _loop(self) -> None:
-        self._t0 = time.time()
-        self._set_status("running")
         try:
-            self._setup()
+            self.open()
             self._search()
-            if self._stop.is_set():
-                self._set_status("stopped")
-                self._emit("stopped", trials_done=self.trials_done, best_latency_ms=self._best_ms(), summary=self.summary())
-            else:
-                self._set_status("finished")
-                self._emit("finished", trials_done=self.trials_done, best_latency_ms=self._best_ms(), summary=self.summary())
+            self._finish()
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised by run()
             self.error = e
             self._set_status("failed")
@@ -330,7 +324,6 @@ class TuningSession(SessionLifecycle):
             return
         from tvm.s_tir import meta_schedule as ms
         from tvm.s_tir.schedule import Schedule
-        from tvm_ffi import structural_hash
 
         for s, (db, wl) in self.ms_dbs.items():
             if s == source:
@@ -344,7 +337,7 @@ class TuningSession(SessionLifecycle):
                 continue
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
-            self._seed_copies.add(format(structural_hash(sch.mod) & (2**64 - 1), "016x"))
+            self._seed_copies.add(program_hash(sch.mod))
 
     def _teardown(self) -> None:
         for name in ("builder", "runner"):
@@ -377,8 +370,15 @@ class TuningSession(SessionLifecycle):
             pass
 
     # Stepping, for a driver that interleaves sessions (NetworkSession): open(), step() per round, close().
-    def open(self) -> None:
-        """What ``run()`` does before its first round: status, search contexts, baseline, restored state."""
+    def open(self, builder=None, runner=None) -> None:
+        """What ``run()`` does before its first round: status, search contexts, baseline, restored state.
+
+        ``builder`` / ``runner``: pools shared with other sessions; the caller owns and closes them.
+        """
+        if builder is not None:
+            self._shared_builder = builder
+        if runner is not None:
+            self.runner_spec = runner
         self._t0 = time.time()
         self._set_status("running")
         self._setup()
@@ -386,12 +386,14 @@ class TuningSession(SessionLifecycle):
     def close(self) -> None:
         """What ``run()`` does after its last round: final status and event; own pools and contexts released."""
         try:
-            stopped = self._stop.is_set()
-            self._set_status("stopped" if stopped else "finished")
-            self._emit("stopped" if stopped else "finished", trials_done=self.trials_done, best_latency_ms=self._best_ms(),
-                       summary=self.summary())
+            self._finish()
         finally:
             self._teardown()
+
+    def _finish(self) -> None:
+        status = "stopped" if self._stop.is_set() else "finished"
+        self._set_status(status)
+        self._emit(status, trials_done=self.trials_done, best_latency_ms=self._best_ms(), summary=self.summary())
 
     def step(self) -> bool:
         """One round (up to trials_per_round candidates); False when none was run: budget spent, stopped, or
@@ -420,7 +422,6 @@ class TuningSession(SessionLifecycle):
     def _propose(self, strategy: str, n: int):
         """Up to n candidates never measured before, from the strategy's evolutionary search."""
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-        from tvm_ffi import structural_hash
 
         ctx = self.contexts[strategy]
         out, copies = [], []
@@ -429,7 +430,7 @@ class TuningSession(SessionLifecycle):
             if not cands:
                 break
             for c in cands:
-                h = format(structural_hash(c.sch.mod) & (2**64 - 1), "016x")
+                h = program_hash(c.sch.mod)
                 if h in self._measured_hashes or any(h == o[1] for o in out + copies):
                     continue
                 if h in self._seed_copies:

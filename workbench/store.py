@@ -97,6 +97,13 @@ def _locked(e: sqlite3.OperationalError) -> bool:
     return "locked" in str(e) or "busy" in str(e)
 
 
+def program_hash(mod) -> str:
+    """A program's ``mod_hash``: its structural hash, as 16 hex digits."""
+    from tvm_ffi import structural_hash
+
+    return format(structural_hash(mod) & (2**64 - 1), "016x")
+
+
 def remove_store(path: str) -> None:
     """Delete a records store with its WAL and shared-memory files.
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import layouts, measure, space, tvm_env
 from .errors import WorkbenchError
-from .store import RecordStore
+from .store import RecordStore, program_hash
 from .workloads import Workload, workload_from_spec
 
 MAX_INNERMOST = 64
@@ -145,7 +145,6 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
     """Apply every same-class source schedule to each target; keep the fastest verified one."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-    from tvm_ffi import structural_hash
 
     tvm_env.setup()
     bank = source_bank(source_db)
@@ -204,7 +203,7 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
                             "session_id": sid, "workload": w.name, "trial": i, "round": 0, "strategy": s.strategy,
                             "chosen_by": "transfer", "trace": space.trace_json(sch),
                             "decisions": space.decisions_json(sch.trace),
-                            "mod_hash": format(structural_hash(sch.mod) & (2**64 - 1), "016x"),
+                            "mod_hash": program_hash(sch.mod),
                             "predicted_score": None, "run_secs": [] if lat is None else [lat],
                             "latency_ms": None if lat is None or err else lat * 1e3,
                             "gflops": None if lat is None or err else w.flops / lat / 1e9, "error_class": err,
