@@ -15,6 +15,7 @@ import sqlite3
 import sys
 
 from .errors import WorkbenchError
+from .noise import describe as noise_line
 
 EXIT_USER = 2
 
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--runner", default="local",
                    help="where candidates are timed: local (default) or rpc://HOST:PORT/KEY, the servers registered "
                         "under KEY at a TVM RPC tracker (see README, 'Measuring over RPC')")
+    t.add_argument("--noise", choices=["wait", "mark", "off"], default=None,
+                   help="a disturbed timing (another process took a core, the calibration probe drifted): wait for "
+                        "a quiet machine and re-time it (wait, the default), only mark the record noisy (mark), or "
+                        "check nothing (off); see docs/measurement.md")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -184,9 +189,12 @@ def cmd_tune(args) -> int:
         row = store.latest_session(workload.name)
         if row is None:
             raise WorkbenchError(f"nothing to resume: {args.db!r} has no session for {workload.name!r}")
-        session = TuningSession.resume(store, session_id=row["id"], trials=args.trials, runner=args.runner)
+        session = TuningSession.resume(store, session_id=row["id"], trials=args.trials, runner=args.runner,
+                                       **({"noise": args.noise} if args.noise else {}))
     else:
         overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
+        if args.noise:
+            overrides["noise"] = args.noise
         session = TuningSession(workload, target=args.target, trials=args.trials or 64, preset=args.preset, seed=args.seed,
                                 db=store, strategy=args.strategy, runner=args.runner, **overrides)
 
@@ -207,6 +215,8 @@ def cmd_tune(args) -> int:
                     bar.set_postfix(best=f"{session.best['gflops']:.1f} GFLOPS", strategy=session.best["strategy"])
             elif e.kind in ("paused", "resumed", "stopped", "failed"):
                 bar.write(f"[{e.kind}] {e.data.get('message', '')}".rstrip())
+            elif e.kind == "measurement_noise":
+                bar.write(f"[noise] {noise_line(e.data)}")
 
         session.subscribe(on_event)
 
@@ -246,6 +256,8 @@ def _tune_network(args, name, workloads) -> int:
     presets.get(args.preset)
     tvm_env.parse_target(args.target)
     overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
+    if args.noise:
+        overrides["noise"] = args.noise
     session = NetworkSession(workloads, target=args.target, trials=args.trials, preset=args.preset, seed=args.seed,
                              db=RecordStore(args.db), strategy=args.strategy, name=name, **overrides)
     bar = None

@@ -9,10 +9,17 @@ intrinsic: 16 s or more). Here the pools live as long as the session:
 * ``Runner``: one process times kernels with TVM's ``time_evaluator``; a
   timed-out or crashed kernel kills only that worker, which is restarted.
 
-Timing settings (documented in the README): ``repeat`` results are taken after
-one warm-up call, each the mean of ``number`` runs, with ``number`` raised until
-a repeat lasts ``min_repeat_ms``; the latency is the median of the repeats.
-The runner uses the target's ``num-cores`` threads (``TVM_NUM_THREADS``).
+Timing settings (documented in docs/measurement.md): ``repeat`` results are taken
+after one warm-up call, each the mean of ``number`` runs, with ``number`` raised
+until a repeat lasts ``min_repeat_ms``; the latency is the median of the repeats.
+
+Thread pools, set explicitly in each worker (never through the session's own
+environment): the runner's TVM pool has the target's ``num-cores`` threads
+(TVM's default is half the logical CPUs: one thread on a 2-vCPU machine), and
+keeps TVM's default spinning between calls, as a deployed kernel does. Builder
+workers run with one TVM thread: they only compile. Every timing is wrapped in
+a ``noise.TimingMeter`` whose reading (run-queue wait of the timing threads,
+other processes' CPU) comes back with the run times.
 
 Building is not overlapped with timing: on a 2-core machine a concurrent
 compile takes a core from the kernel being timed and skews its latency.
@@ -30,10 +37,15 @@ import numpy as np
 # ---------------------------------------------------------------- worker side
 
 
-def _worker_init():
+def _worker_init(num_threads: int = 1):
+    # Before the first kernel call creates TVM's thread pool; config_threadpool makes it explicit.
+    os.environ["TVM_NUM_THREADS"] = str(num_threads)
     from workbench import tvm_env
 
     tvm_env.setup()
+    import tvm
+
+    tvm.get_global_func("runtime.config_threadpool")(1, int(num_threads))
 
 
 def _ready() -> bool:
@@ -64,8 +76,10 @@ def _load(path):
     return rt, name
 
 
-def _run_in_worker(path: str, shapes: list, number: int, repeat: int, min_repeat_ms: int) -> list:
+def _run_in_worker(path: str, shapes: list, number: int, repeat: int, min_repeat_ms: int) -> dict:
     import tvm
+
+    from workbench.noise import TimingMeter
 
     rt, name = _load(path)
     dev = tvm.cpu()
@@ -77,7 +91,9 @@ def _run_in_worker(path: str, shapes: list, number: int, repeat: int, min_repeat
         _ARGS_CACHE.clear()  # keep one set: shapes repeat within a session
         _ARGS_CACHE[key] = args
     f = rt.time_evaluator(name, dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return [float(x) for x in f(*args).results]
+    with TimingMeter(int(os.environ.get("TVM_NUM_THREADS", "1"))) as meter:
+        secs = [float(x) for x in f(*args).results]
+    return {"secs": secs, "reading": meter.result}
 
 
 def _compute_in_worker(path: str, inputs: list, out_shape: tuple) -> np.ndarray:
@@ -106,6 +122,9 @@ class RunResult:
     run_secs: list = field(default_factory=list)
     error_class: str | None = None
     error_msg: str | None = None
+    # noise.TimingMeter's reading of this timing (wait_fraction, other_cores, wall_s); None where the runner
+    # cannot take one (RPC: the kernel runs on another machine)
+    reading: dict | None = None
 
     @property
     def latency_s(self) -> float | None:
@@ -123,10 +142,11 @@ def _classify(exc: BaseException, stage: str) -> tuple[str, str]:
     return f"{stage}-error", (last[-1] if last else msg)[:2000]
 
 
-def _pool(workers: int, timeout: float):
+def _pool(workers: int, timeout: float, num_threads: int = 1):
     from tvm.support.popen_pool import PopenPoolExecutor
 
-    return PopenPoolExecutor(max_workers=workers, timeout=timeout, initializer=_worker_init)
+    return PopenPoolExecutor(max_workers=workers, timeout=timeout, initializer=_worker_init,
+                             initargs=(num_threads,))
 
 
 class Builder:
@@ -165,12 +185,14 @@ class Builder:
 class Runner:
     """Times kernels and computes outputs for verification, one kernel at a time."""
 
+    measures_locally = True  # kernels run on this machine: its load matters (see noise.NoiseGuard)
+
     def __init__(self, num_threads: int, timeout: float = 30.0, number: int = 1, repeat: int = 3,
                  min_repeat_ms: int = 30):
-        os.environ["TVM_NUM_THREADS"] = str(num_threads)
+        self.num_threads = int(num_threads)
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
-        self._pool = _pool(1, timeout)
+        self._pool = _pool(1, timeout, self.num_threads)
         self._warm = self._pool.submit(_ready)
 
     def _call(self, timeout, fn, *args):
@@ -184,9 +206,9 @@ class Runner:
     def run(self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None,
             min_repeat_ms=None) -> RunResult:
         try:
-            secs = self._call(timeout, _run_in_worker, path, [list(s) for s in shapes], number or self.number,
-                              repeat or self.repeat, self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms)
-            return RunResult(secs)
+            out = self._call(timeout, _run_in_worker, path, [list(s) for s in shapes], number or self.number,
+                             repeat or self.repeat, self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms)
+            return RunResult(out["secs"], reading=out["reading"])
         except BaseException as e:  # noqa: BLE001
             cls, msg = _classify(e, "run")
             return RunResult([], cls, msg)

@@ -44,6 +44,11 @@ class Preset:
     # Multi-strategy sessions: every measured program is also offered to the other strategies'
     # searches (replayed under their own postprocessors), so an arm starts from the best found by any.
     cross_seed: bool = True
+    # Measurement noise (docs/measurement.md): "wait" for a quiet machine and re-time a disturbed candidate,
+    # "mark" it noisy only, or "off"; and how many interleaved rounds re-measure a would-be best against
+    # the incumbents before it is declared best (0: none).
+    noise: str = "wait"
+    confirm_rounds: int = 3
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,4 +79,9 @@ def get(name, **overrides) -> Preset:
         p = PRESETS[name]
     else:
         raise WorkbenchError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
-    return replace(p, **overrides) if overrides else p
+    p = replace(p, **overrides) if overrides else p
+    if p.noise not in ("wait", "mark", "off"):
+        raise WorkbenchError(f"noise must be one of wait, mark, off; got {p.noise!r}")
+    if isinstance(p.confirm_rounds, bool) or not isinstance(p.confirm_rounds, int) or p.confirm_rounds < 0:
+        raise WorkbenchError(f"confirm_rounds must be a non-negative integer, got {p.confirm_rounds!r}")
+    return p

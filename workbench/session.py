@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from . import cost_model as cm
-from . import layouts, measure, presets, space, tvm_env
+from . import layouts, measure, noise, presets, space, tvm_env
 from .controller import StrategyController
 from .errors import WorkbenchError
 from .events import Event
@@ -83,6 +83,8 @@ class TuningSession(SessionLifecycle):
         self.db_path = self.store.path
         self.builder_workers = builder_workers or min(2, tvm_env.available_cores())
         self._init_lifecycle()
+        # Held around each round's timing phase; a live view defers its redraws while it is (noise.MeasurementGate).
+        self.measurement_gate = noise.MeasurementGate()
         self.best: dict | None = None  # overall best record (verified)
         self.best_by_strategy: dict = {}
         self.naive_latency_ms: float | None = None
@@ -244,6 +246,11 @@ class TuningSession(SessionLifecycle):
             self.contexts[s] = ctx
             self.ms_dbs[s] = (db, db.commit_workload(w.mod))
         self._baseline_and_reference()
+        self.noise = noise.NoiseGuard(noise.NoisePolicy(mode=p.noise, confirm_rounds=p.confirm_rounds), self.runner,
+                                      self.builder, self._emit, self._stop.is_set)
+        self._artifacts: dict = {}  # record id -> (artifact path, arg shapes) of the incumbents, for re-measurement
+        with self.measurement_gate:
+            self.noise.start()
         if prior:
             self._restore(prior)
 
@@ -340,6 +347,12 @@ class TuningSession(SessionLifecycle):
             self._seed_copies.add(program_hash(sch.mod))
 
     def _teardown(self) -> None:
+        guard = getattr(self, "noise", None)
+        if guard is not None:
+            guard.close()
+            for path, _shapes in self._artifacts.values():
+                self.builder.discard(path)
+            self._artifacts.clear()
         for name in ("builder", "runner"):
             obj = getattr(self, name, None)
             if obj is not None and not (name == "runner" and obj is self.runner_spec) \
@@ -487,17 +500,25 @@ class TuningSession(SessionLifecycle):
                                                                  c.args_info))
                 self._cross_seed(strategy, c.sch.trace, rec["run_secs"])
 
+        first_id = None
         try:
-            if hasattr(self.runner, "run_many"):
-                self._measure_batch(props, builds, measured)
-            else:
-                for i in range(len(props)):
-                    if not self._wait_if_paused():
-                        break
-                    measured(i)
+            with self.measurement_gate:
+                self.noise.check_probe("before round")
+                first_id = self._last_record_id()
+                if hasattr(self.runner, "run_many"):
+                    self._measure_batch(props, builds, measured)
+                else:
+                    for i in range(len(props)):
+                        if not self._wait_if_paused():
+                            break
+                        measured(i)
+                if measured_c and self.noise.check_probe("after round"):
+                    self._mark_round_noisy(first_id)
         finally:
+            kept = {path for path, _ in self._artifacts.values()}
             for b in builds:
-                self.builder.discard(b.path)
+                if b.path not in kept:
+                    self.builder.discard(b.path)
         if measured_c:
             ctx.notify_runner_results(measured_c, results)
         t = time.time()
@@ -536,13 +557,64 @@ class TuningSession(SessionLifecycle):
         items = [(builds[i].path, [tuple(int(x) for x in a.shape) for a in props[i][0].args_info]) for i in built]
         self.runner.run_many(items, on_result=on_result, proceed=proceed)
 
+    def _last_record_id(self) -> int:
+        r = self.store.conn.execute("SELECT MAX(id) FROM records WHERE session_id=?", (self.session_id,)).fetchone()
+        return r[0] or 0
+
+    def _mark_round_noisy(self, after_id: int) -> None:
+        """The probe drifted during the round's timing: every record it timed is suspect."""
+        ids = self.store.mark_noisy(self.session_id, after_id)
+        if ids:
+            self._emit("records_marked_noisy", record_ids=ids, reason="probe drift after the round")
+
+    def _confirm(self, strategy: str, path: str, shapes: list, first_lat: float):
+        """Re-measure a would-be best interleaved with the incumbents it must beat (the winner's curse:
+        the minimum over many noisy timings is biased low). Returns (latency s, its samples, spread); the
+        incumbents' records get their re-measured medians, so that ranking by latency stays fair."""
+        if self.preset.confirm_rounds <= 0:
+            return first_lat, None, None
+        incumbents = {}
+        for rec in (self.best_by_strategy.get(strategy), self.best):
+            if rec is not None and rec["id"] in self._artifacts:
+                incumbents[rec["id"]] = rec
+        entries = [("candidate", path, shapes)] + [(rid, *self._artifacts[rid]) for rid in incumbents]
+        samples = self.noise.confirm(entries)
+        if not samples["candidate"]:
+            return first_lat, None, None
+        for rid, rec in incumbents.items():
+            if samples[rid]:
+                ms = float(np.median(samples[rid])) * 1e3
+                gflops = self.workload.flops / ms / 1e6
+                self.store.update_record(rid, latency_ms=ms, gflops=gflops, confirm_secs=json.dumps(samples[rid]),
+                                         confirm_spread=noise.spread(samples[rid]))
+                for held in {id(r): r for r in (self.best, *self.best_by_strategy.values()) if r is not None
+                             and r["id"] == rid}.values():
+                    held["latency_ms"], held["gflops"] = ms, gflops
+                self._emit("best_remeasured", record_id=rid, strategy=rec["strategy"], latency_ms=ms, gflops=gflops,
+                           samples=len(samples[rid]))
+        c = samples["candidate"]
+        return float(np.median(c)), c, noise.spread(c)
+
+    def _keep_artifact(self, rec: dict, path: str, shapes: list) -> None:
+        """Keep an incumbent's build for later re-measurement; drop builds no longer an incumbent."""
+        self._artifacts[rec["id"]] = (path, shapes)
+        live = {r["id"] for r in (self.best, *self.best_by_strategy.values()) if r is not None}
+        for rid in [r for r in self._artifacts if r not in live]:
+            old_path, _ = self._artifacts.pop(rid)
+            if old_path != path:
+                self.builder.discard(old_path)
+
     def _measure_one(self, strategy, chosen_by, c, h, b, pred, feats, t_prop, run_result=None) -> dict:
         w = self.workload
         shapes = [tuple(int(x) for x in a.shape) for a in c.args_info]
-        run_secs, err_cls, err_msg, verified = [], b.error_class, b.error_msg, False
+        run_secs, err_cls, err_msg, verified, noisy, reading = [], b.error_class, b.error_msg, False, False, None
+        confirm_secs = confirm_spread = None
         if b.path is not None:
-            r = run_result if run_result is not None else self.runner.run(b.path, shapes)
-            run_secs, err_cls, err_msg = r.run_secs, r.error_class, r.error_msg
+            if run_result is not None:
+                r = run_result
+            else:
+                r, noisy = self.noise.time(b.path, shapes, trial=self.trials_done + 1)
+            run_secs, err_cls, err_msg, reading = r.run_secs, r.error_class, r.error_msg, r.reading
         lat = float(np.median(run_secs)) if run_secs and err_cls is None else None
         s_best = self.best_by_strategy.get(strategy)
         if lat is not None and (s_best is None or lat * 1e3 < s_best["latency_ms"]):
@@ -555,8 +627,12 @@ class TuningSession(SessionLifecycle):
                 verified, detail = measure.verify(out, self.reference)
                 if not verified:
                     err_cls, err_msg = "wrong-result", detail
+            if verified and err_cls is None:
+                lat, confirm_secs, confirm_spread = self._confirm(strategy, b.path, shapes, lat)
+                s_best = self.best_by_strategy.get(strategy)
         self.trials_done += 1
-        is_best = verified and err_cls is None and (self.best is None or lat * 1e3 < self.best["latency_ms"])
+        strategy_best = verified and err_cls is None and (s_best is None or lat * 1e3 < s_best["latency_ms"])
+        is_best = strategy_best and (self.best is None or lat * 1e3 < self.best["latency_ms"])
         rec = {
             "session_id": self.session_id, "workload": w.name, "trial": self.trials_done, "round": self.round,
             "strategy": strategy, "chosen_by": chosen_by, "trace": space.trace_json(c.sch),
@@ -564,17 +640,20 @@ class TuningSession(SessionLifecycle):
             "run_secs": run_secs, "latency_ms": None if lat is None else lat * 1e3,
             "gflops": None if lat is None else w.flops / lat / 1e9, "error_class": err_cls, "error_msg": err_msg,
             "verified": verified, "is_best": is_best, "seed": self.seed, "proposed_at": t_prop,
-            "measured_at": time.time(), "elapsed_s": self._elapsed(),
+            "measured_at": time.time(), "elapsed_s": self._elapsed(), "noisy": noisy, "noise": reading,
+            "cv": noise.cv(run_secs) if err_cls is None else None, "confirm_secs": confirm_secs,
+            "confirm_spread": confirm_spread,
         }
         rec["id"] = self.store.add_record(rec, feats)  # durable before anyone hears of it
         self._measured_hashes.add(h)
         self.model.add(feats, lat if err_cls is None else None, w.name)
         public = {k: v for k, v in rec.items() if k != "trace"}
-        strategy_best = verified and err_cls is None
         if strategy_best:
             self.best_by_strategy[strategy] = rec
         if is_best:
             self.best = rec
+        if strategy_best and run_result is None:
+            self._keep_artifact(rec, b.path, shapes)
         self._emit("candidate_measured", record=public, new_best=is_best, strategy_best=strategy_best)
         if is_best:
             self._emit("new_best", record_id=rec["id"], trial=rec["trial"], strategy=strategy,

@@ -13,6 +13,10 @@ Tables
             decisions, predicted score, all run times, latency, error class
             and message, strategy, who chose it, timestamps, features
   events    every event a session emitted, in order (replayable)
+
+Schema 2 added the measurement-noise columns of ``records`` (``noisy``, ``noise``,
+``cv``, ``confirm_secs``, ``confirm_spread``); a schema-1 store is upgraded in place
+when opened for writing and read as is (those columns empty) when read-only.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 
 from .errors import StoreLockedError, WorkbenchError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APP_ID = 0x54574231  # "TWB1": marks a workbench store
 
 SCHEMA = """
@@ -71,7 +75,12 @@ CREATE TABLE IF NOT EXISTS records (
   measured_at REAL NOT NULL,
   elapsed_s REAL NOT NULL,
   features BLOB,
-  feature_rows INTEGER
+  feature_rows INTEGER,
+  noisy INTEGER NOT NULL DEFAULT 0,
+  noise TEXT,
+  cv REAL,
+  confirm_secs TEXT,
+  confirm_spread REAL
 );
 CREATE INDEX IF NOT EXISTS records_session ON records(session_id, trial);
 CREATE INDEX IF NOT EXISTS records_workload ON records(workload, latency_ms);
@@ -89,8 +98,11 @@ CREATE INDEX IF NOT EXISTS events_session ON events(session_id, id);
 RECORD_COLUMNS = [
     "id", "session_id", "workload", "trial", "round", "strategy", "chosen_by", "latency_ms", "gflops",
     "predicted_score", "error_class", "error_msg", "verified", "is_best", "run_secs", "decisions", "mod_hash",
-    "seed", "proposed_at", "measured_at", "elapsed_s",
+    "seed", "proposed_at", "measured_at", "elapsed_s", "noisy", "cv", "confirm_spread",
 ]
+# Added by schema 2, with what a schema-1 row reads as.
+NOISE_COLUMNS = {"noisy": "INTEGER NOT NULL DEFAULT 0", "noise": "TEXT", "cv": "REAL", "confirm_secs": "TEXT",
+                 "confirm_spread": "REAL"}
 
 
 def _locked(e: sqlite3.OperationalError) -> bool:
@@ -154,6 +166,8 @@ class RecordStore:
         if readonly:
             if not tables:
                 raise WorkbenchError(f"{self.path!r} is empty, not a workbench records store")
+            self._check_version()
+            self._cols = {r[1] for r in c.execute("PRAGMA table_info(records)")}
             return
         c.execute("PRAGMA journal_mode=WAL")
         c.execute("PRAGMA synchronous=FULL")
@@ -166,9 +180,27 @@ class RecordStore:
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             c.execute("COMMIT")
         else:
-            v = c.execute("PRAGMA user_version").fetchone()[0]
-            if v > SCHEMA_VERSION:
-                raise WorkbenchError(f"{self.path!r} was written by a newer workbench (schema {v})")
+            v = self._check_version()
+            if v < SCHEMA_VERSION:
+                c.execute("BEGIN IMMEDIATE")
+                have = {r[1] for r in c.execute("PRAGMA table_info(records)")}
+                for col, decl in NOISE_COLUMNS.items():
+                    if col not in have:
+                        c.execute(f"ALTER TABLE records ADD COLUMN {col} {decl}")
+                c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                c.execute("COMMIT")
+        self._cols = {r[1] for r in c.execute("PRAGMA table_info(records)")}
+
+    def _check_version(self) -> int:
+        v = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if v > SCHEMA_VERSION:
+            raise WorkbenchError(f"{self.path!r} was written by a newer workbench (schema {v}; this one reads up to "
+                                 f"{SCHEMA_VERSION}): upgrade the workbench to open it")
+        return v
+
+    def _col(self, name: str) -> str:
+        """A records column for a SELECT; on an old read-only store a missing one reads as empty."""
+        return name if name in self._cols else f"{'0' if name == 'noisy' else 'NULL'} AS {name}"
 
     # ---- writing (each call is one durable transaction) ----
     def _write(self, sql: str, args) -> int:
@@ -205,14 +237,30 @@ class RecordStore:
         return self._write(
             "INSERT INTO records(session_id, workload, trial, round, strategy, chosen_by, trace, decisions, mod_hash,"
             " predicted_score, run_secs, latency_ms, gflops, error_class, error_msg, verified, is_best, seed,"
-            " proposed_at, measured_at, elapsed_s, features, feature_rows) VALUES"
-            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " proposed_at, measured_at, elapsed_s, features, feature_rows, noisy, noise, cv, confirm_secs,"
+            " confirm_spread) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (rec["session_id"], rec["workload"], rec["trial"], rec["round"], rec["strategy"], rec["chosen_by"],
              rec["trace"], rec["decisions"], rec["mod_hash"], rec.get("predicted_score"),
              json.dumps(rec.get("run_secs") or []), rec.get("latency_ms"), rec.get("gflops"), rec.get("error_class"),
              rec.get("error_msg"), int(bool(rec.get("verified"))), int(bool(rec.get("is_best"))), rec["seed"],
              rec["proposed_at"], rec["measured_at"], rec["elapsed_s"],
-             None if feats is None else feats.tobytes(), None if feats is None else feats.shape[0]))
+             None if feats is None else feats.tobytes(), None if feats is None else feats.shape[0],
+             int(bool(rec.get("noisy"))), None if rec.get("noise") is None else json.dumps(rec["noise"]), rec.get("cv"),
+             None if rec.get("confirm_secs") is None else json.dumps(rec["confirm_secs"]), rec.get("confirm_spread")))
+
+    def update_record(self, record_id: int, **fields) -> None:
+        """Change measured values of a record (an incumbent re-measured beside a challenger)."""
+        cols = ", ".join(f"{k}=?" for k in fields)
+        self._write(f"UPDATE records SET {cols} WHERE id=?", (*fields.values(), record_id))
+
+    def mark_noisy(self, session_id: int, after_id: int) -> list[int]:
+        """Mark a session's records after ``after_id`` noisy; returns the ids newly marked."""
+        ids = [r[0] for r in self.conn.execute(
+            "SELECT id FROM records WHERE session_id=? AND id>? AND noisy=0 AND error_class IS NULL",
+            (session_id, after_id))]
+        if ids:
+            self._write(f"UPDATE records SET noisy=1 WHERE id IN ({','.join('?' * len(ids))})", ids)
+        return ids
 
     def add_event(self, session_id: int, kind: str, t: float, elapsed: float, data: dict) -> int:
         return self._write("INSERT INTO events(session_id, kind, time, elapsed, data) VALUES (?,?,?,?,?)",
@@ -237,6 +285,7 @@ class RecordStore:
         import pandas as pd
 
         cols = RECORD_COLUMNS + (["trace"] if with_trace else [])
+        select = [self._col(c) for c in cols]
         where, args = [], []
         if session_id is not None:
             where.append("session_id=?")
@@ -244,13 +293,14 @@ class RecordStore:
         if workload is not None:
             where.append("workload=?")
             args.append(workload)
-        sql = f"SELECT {', '.join(cols)} FROM records" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        sql = f"SELECT {', '.join(select)} FROM records" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         rows = [dict(r) for r in self.conn.execute(sql, args)]
         df = pd.DataFrame(rows, columns=cols)
         if len(df):
             df["run_secs"] = df["run_secs"].map(json.loads)
             df["verified"] = df["verified"].astype(bool)
             df["is_best"] = df["is_best"].astype(bool)
+            df["noisy"] = df["noisy"].astype(bool)
         return df
 
     def record(self, record_id: int) -> dict:
@@ -260,6 +310,8 @@ class RecordStore:
         d = dict(r)
         d["run_secs"] = json.loads(d["run_secs"])
         d["features"] = _features(d.pop("features"), d.pop("feature_rows"))
+        for k in ("noise", "confirm_secs"):
+            d[k] = json.loads(d[k]) if d.get(k) else None
         return d
 
     def training_rows(self, workload: str):
@@ -308,7 +360,10 @@ class RecordStore:
             per[r["workload"]] = {"measured": r["n"], "errors": r["e"], "best_latency_ms": r["best"]}
         for r in c.execute("SELECT workload, MIN(naive_latency_ms) naive FROM sessions GROUP BY workload"):
             per.setdefault(r["workload"], {"measured": 0, "errors": 0, "best_latency_ms": None})["naive_latency_ms"] = r["naive"]
-        return {"measured": measured, "errors": errors, "sessions": len(self.sessions()), "workloads": per}
+        noisy = c.execute(f"SELECT COUNT(*) FROM records WHERE {self._col('noisy').split(' AS ')[0]}=1").fetchone()[0]
+        noise_events = c.execute("SELECT COUNT(*) FROM events WHERE kind='measurement_noise'").fetchone()[0]
+        return {"measured": measured, "errors": errors, "sessions": len(self.sessions()), "workloads": per,
+                "noise_events": noise_events, "noisy": noisy}
 
     def close(self):
         self.conn.close()

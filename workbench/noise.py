@@ -1,0 +1,444 @@
+"""Measurement noise: how a timing is known to be disturbed, and how long to wait for a quiet machine.
+
+Three signals, each cheap enough to take on every measurement:
+
+* **Run-queue wait of the timing threads** (``TimingMeter``, inside the runner worker). Linux
+  accounts, per thread, the time it was runnable but not running (``/proc/self/task/*/schedstat``,
+  field 2, in ns). While a kernel is timed its threads should never wait; when another process
+  (a CPU hog, a browser redrawing, a compile) takes a core, they do. ``wait_fraction`` is that wait
+  divided by wall time x timing threads: 0 on a quiet machine, ~0.3 beside one busy process on two
+  cores. This sees exactly the interference that skews a timing, whoever causes it, at ns resolution.
+* **Other processes' CPU time** (``/proc/stat`` minus our own), reported as ``other_cores`` with
+  the processes that used it, so a user sees *who* made the noise. It is tick-sampled (10 ms), so it
+  is a report, not the trigger for a single short timing.
+* **A calibration probe**: a fixed reference kernel (``probe_module``) timed when a session starts and
+  around each round's timing. A drift from the session's baseline catches what the two above cannot
+  see (another VM on the host, frequency changes).
+
+``NoisePolicy.mode``: ``"wait"`` (default) waits, bounded, until the machine is quiet and re-times
+the affected candidate; ``"mark"`` only marks records ``noisy``; ``"off"`` checks nothing.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import time
+from dataclasses import dataclass
+
+MODES = ("wait", "mark", "off")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class NoisePolicy:
+    """When a measurement counts as noisy, and what a session does then.
+
+    Thresholds were chosen on the project's 2-core machine: a quiet timing shows a wait fraction below
+    0.01 and other processes below 0.1 cores; one busy process beside it gives 0.2-0.5 and ~1 core.
+    """
+
+    mode: str = "wait"
+    max_wait_fraction: float = 0.03  # run-queue wait / (wall x timing threads) above which a timing is noisy
+    max_other_cores: float = 0.25    # other processes' CPU, in cores, above which the machine is not quiet
+    max_probe_drift: float = 0.15    # probe latency / session baseline - 1 above which the machine has changed
+    quiet_seconds: float = 1.0       # how long the machine must stay quiet before timing resumes
+    max_wait_s: float = 30.0         # longest single wait; after it the session only marks until quiet again
+    confirm_rounds: int = 3          # interleaved re-measurement rounds of a would-be best (0: none)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            from .errors import WorkbenchError
+
+            raise WorkbenchError(f"noise must be one of {', '.join(MODES)}, not {self.mode!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+
+# ---------------------------------------------------------------- readings from /proc
+
+
+def _busy_ticks() -> int:
+    """Busy CPU ticks of the whole machine (user, nice, system, irq, softirq, steal)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+
+
+def _run_queue_wait_ns() -> int:
+    """Time this process's threads spent runnable but not running, summed (ns)."""
+    total = 0
+    for path in glob.glob("/proc/self/task/*/schedstat"):
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            pass
+    return total
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class TimingMeter:
+    """Wraps one timing inside the process that runs the kernel; ``reading()`` says how disturbed it was."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, int(threads))
+
+    def __enter__(self):
+        self._t = time.perf_counter()
+        self._wait = _run_queue_wait_ns()
+        self._busy = _busy_ticks()
+        self._cpu = _own_cpu_s()
+        return self
+
+    def __exit__(self, *exc):
+        wall = max(1e-6, time.perf_counter() - self._t)
+        wait_s = (_run_queue_wait_ns() - self._wait) / 1e9
+        others = (_busy_ticks() - self._busy) / CLK_TCK - (_own_cpu_s() - self._cpu)
+        self.result = {"wall_s": round(wall, 4), "wait_fraction": round(wait_s / (wall * self.threads), 4),
+                       "other_cores": round(max(0.0, others / wall), 3)}
+        return False
+
+
+def own_pids(root: int | None = None) -> set:
+    """This process and its TVM worker processes (``tvm.exec.popen_worker``: the builders and the runner).
+
+    Only those: another child (a CPU hog a test starts, an RPC server) is someone else's load.
+    """
+    import psutil
+
+    root = root or os.getpid()
+    out = {root}
+    try:
+        for c in psutil.Process(root).children(recursive=True):
+            try:
+                if any("popen_worker" in a for a in c.cmdline()):
+                    out.add(c.pid)
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return out
+
+
+def machine_load(seconds: float, exclude: set | None = None, top: int = 3) -> dict:
+    """Other processes' CPU over ``seconds`` (cores), and the ones that used most, excluding ``exclude`` pids."""
+    import psutil
+
+    exclude = exclude if exclude is not None else own_pids()
+
+    def sample():
+        out = {}
+        for p in psutil.process_iter(["name"]):
+            try:
+                t = p.cpu_times()
+                out[p.pid] = (p.info["name"], t.user + t.system)
+            except psutil.Error:
+                pass
+        return out
+
+    b0, s0, t0 = _busy_ticks(), sample(), time.perf_counter()
+    time.sleep(seconds)
+    b1, s1, wall = _busy_ticks(), sample(), time.perf_counter() - t0
+    ours = sum(s1[p][1] - s0[p][1] for p in exclude if p in s0 and p in s1)
+    others = max(0.0, ((b1 - b0) / CLK_TCK - ours) / wall)
+    users = sorted(((s1[p][1] - s0[p][1]) / wall, p, s1[p][0]) for p in s1 if p in s0 and p not in exclude)
+    busiest = [{"pid": p, "name": n, "cores": round(c, 2)} for c, p, n in reversed(users[-top:]) if c >= 0.02]
+    return {"other_cores": round(others, 3), "processes": busiest, "seconds": round(wall, 2)}
+
+
+def wait_for_quiet(policy: NoisePolicy, should_stop=lambda: False, on_tick=None, exclude: set | None = None) -> dict:
+    """Block until other processes stay under ``max_other_cores`` for ``quiet_seconds``, at most ``max_wait_s``.
+
+    Returns ``{"quiet": bool, "waited_s": float, "last": machine_load(...)}``; ``on_tick(load)`` is called
+    after each sample (a status for the user); ``should_stop()`` ends the wait early (a stopped session).
+    """
+    t0 = time.monotonic()
+    last = None
+    while True:
+        last = machine_load(policy.quiet_seconds, exclude=exclude)
+        if last["other_cores"] <= policy.max_other_cores:
+            return {"quiet": True, "waited_s": round(time.monotonic() - t0, 2), "last": last}
+        if on_tick is not None:
+            on_tick(last)
+        if should_stop() or time.monotonic() - t0 >= policy.max_wait_s:
+            return {"quiet": False, "waited_s": round(time.monotonic() - t0, 2), "last": last}
+
+
+def is_noisy(reading: dict | None, policy: NoisePolicy) -> bool:
+    """Whether one timing's ``TimingMeter`` reading says it was disturbed."""
+    return bool(reading) and reading["wait_fraction"] > policy.max_wait_fraction
+
+
+def spread(samples) -> float | None:
+    """Relative spread of repeated timings: (max - min) / median; None for fewer than two."""
+    import numpy as np
+
+    s = [float(x) for x in samples]
+    if len(s) < 2:
+        return None
+    m = float(np.median(s))
+    return (max(s) - min(s)) / m if m > 0 else None
+
+
+def cv(samples) -> float | None:
+    """Coefficient of variation of repeated timings; None for fewer than two."""
+    import numpy as np
+
+    s = np.asarray([float(x) for x in samples])
+    if len(s) < 2 or s.mean() <= 0:
+        return None
+    return float(s.std(ddof=1) / s.mean())
+
+
+# ---------------------------------------------------------------- the calibration probe
+
+PROBE_N = 256
+
+
+def probe_module():
+    """The calibration probe: a 256x256x256 fp32 matmul with a fixed, parallel, vectorised schedule.
+
+    About 1 ms on two cores: long enough to time in a few repeats, short enough to run around every
+    round. Its schedule never changes, so a change in its latency is a change in the machine.
+    """
+    import tvm
+    from tvm import te
+    from tvm.s_tir.schedule import Schedule
+
+    n = PROBE_N
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    sch = Schedule(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+    blk = sch.get_sblock("C")
+    i, j, kk = sch.get_loops(blk)
+    io, ii = sch.split(i, [None, 8])
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(io, jo, kk, ii, ji)
+    sch.parallel(io)
+    sch.vectorize(ji)
+    return sch.mod
+
+
+PROBE_SHAPES = [(PROBE_N, PROBE_N)] * 3
+
+
+# ---------------------------------------------------------------- the session side
+
+
+class MeasurementGate:
+    """Keeps a live view from drawing while kernels are timed, and timing from starting mid-draw.
+
+    On a 2-core machine the browser redrawing a figure, and the kernel process serialising the update,
+    take a core from the kernel being timed (a live dashboard made timings ~50x noisier). The session
+    holds ``timing()`` around each round's timing phase; a view asks ``begin_draw()`` before it sends
+    anything and defers its update while timing is under way; timing starts ``settle_s`` after the last
+    draw ended, so the browser has finished rendering it. With no view attached it costs nothing.
+    """
+
+    def __init__(self, settle_s: float = 0.3):
+        import threading
+
+        self.settle_s = settle_s
+        self._cond = threading.Condition()
+        self._timing = 0
+        self._drawing = 0
+        self._last_draw = 0.0
+
+    @property
+    def timing_now(self) -> bool:
+        return self._timing > 0
+
+    def begin_draw(self) -> bool:
+        """True (and drawing counted until ``end_draw``) unless a timing phase is under way."""
+        with self._cond:
+            if self._timing:
+                return False
+            self._drawing += 1
+            return True
+
+    def end_draw(self, drew: bool = True) -> None:
+        with self._cond:
+            self._drawing -= 1
+            if drew:
+                self._last_draw = time.monotonic()
+            self._cond.notify_all()
+
+    def __enter__(self):
+        with self._cond:
+            self._cond.wait_for(lambda: self._drawing == 0, timeout=10.0)
+            self._timing += 1
+            settle = self._last_draw + self.settle_s - time.monotonic()
+        if settle > 0:
+            time.sleep(settle)
+        return self
+
+    def __exit__(self, *exc):
+        with self._cond:
+            self._timing -= 1
+            self._cond.notify_all()
+        return False
+
+    def timing(self):
+        return self
+
+
+class NoiseGuard:
+    """One session's noise handling, around its runner: probe baseline and drift, the check of every
+    timing, bounded waits for a quiet machine, and the interleaved re-measurement of would-be bests.
+
+    ``emit(kind, **data)`` records and announces an event; ``should_stop()`` ends a wait early.
+    Only a local runner is watched: over RPC the kernel runs elsewhere and this machine's load is moot.
+    """
+
+    def __init__(self, policy: NoisePolicy, runner, builder, emit, should_stop=lambda: False):
+        self.policy = policy
+        self.runner = runner
+        self.builder = builder
+        self.emit = emit
+        self.should_stop = should_stop
+        self.watching = policy.enabled and getattr(runner, "measures_locally", False)
+        self.marking_only = False  # a wait timed out: mark, do not wait, until the machine is seen quiet
+        self.baseline_ms: float | None = None
+        self._probe_path = None
+
+    # ---- the probe
+    def start(self) -> None:
+        """Build the probe and take the session's baseline (on a quiet machine, when waiting is allowed)."""
+        if not self.watching:
+            return
+        [b] = self.builder.build([probe_module()])
+        if b.path is None:  # never a reason to stop tuning: noise checks then rest on the timing readings
+            self.emit("measurement_noise", source="probe", state="unavailable", message=b.error_msg)
+            return
+        self._probe_path = b.path
+        self._probe()  # warm-up: the first call creates the runner's thread pool
+        if self.policy.mode == "wait":
+            self._wait("the session's calibration")
+        self.baseline_ms = min(self._probe() or math.inf for _ in range(3))
+        if not math.isfinite(self.baseline_ms):
+            self.baseline_ms = None
+        self.emit("calibration", probe_ms=self.baseline_ms, baseline_ms=self.baseline_ms, drift=0.0, when="start")
+
+    def _probe(self) -> float | None:
+        r = self.runner.run(self._probe_path, PROBE_SHAPES)
+        return None if r.latency_s is None else r.latency_s * 1e3
+
+    def check_probe(self, when: str) -> bool:
+        """Time the probe; True when it drifted from the baseline (then, when waiting is allowed, the session
+        has already waited for a quiet machine and the probe was retaken)."""
+        if not self.watching or self.baseline_ms is None:
+            return False
+        ms = self._probe()
+        if ms is None:
+            return False
+        drift = ms / self.baseline_ms - 1
+        noisy = drift > self.policy.max_probe_drift
+        self.emit("calibration", probe_ms=round(ms, 4), baseline_ms=round(self.baseline_ms, 4),
+                  drift=round(drift, 4), when=when)
+        if not noisy:
+            self.marking_only = False
+            return False
+        load = machine_load(0.2)
+        self.emit("measurement_noise", source="probe", state="drift", when=when, probe_ms=round(ms, 4),
+                  baseline_ms=round(self.baseline_ms, 4), drift=round(drift, 4), **load)
+        if when == "after round" or self.policy.mode != "wait" or self.marking_only:
+            return True
+        if self._wait(f"probe drift {drift:+.0%}"):
+            again = self._probe()
+            if again is not None and again / self.baseline_ms - 1 > self.policy.max_probe_drift:
+                # Quiet by every process's account, yet slower: the machine itself changed (another VM,
+                # clock); measure against the new normal rather than wait for ever.
+                self.baseline_ms = again
+                self.emit("calibration", probe_ms=round(again, 4), baseline_ms=round(again, 4), drift=0.0,
+                          when="rebaselined")
+            return False
+        return True
+
+    # ---- waiting
+    def _wait(self, why: str) -> bool:
+        """Wait for a quiet machine; True when it is quiet. A wait that times out switches to marking."""
+        first = machine_load(0.25)
+        if first["other_cores"] <= self.policy.max_other_cores:
+            return True
+        self.emit("measurement_noise", source="load", state="waiting", why=why, **first)
+        res = wait_for_quiet(self.policy, self.should_stop)
+        state = "quiet" if res["quiet"] else "gave-up"
+        self.emit("measurement_noise", source="load", state=state, why=why, waited_s=res["waited_s"], **res["last"])
+        self.marking_only = not res["quiet"]
+        return res["quiet"]
+
+    # ---- one timing
+    def time(self, path: str, shapes: list, trial: int | None = None):
+        """Time a candidate; returns (RunResult, noisy). A disturbed timing is retaken once the machine is
+        quiet (mode "wait") or returned marked (mode "mark")."""
+        r = self.runner.run(path, shapes)
+        if not self.watching or r.error_class is not None or not is_noisy(r.reading, self.policy):
+            return r, False
+        info = dict(trial=trial, **{k: r.reading[k] for k in ("wait_fraction", "other_cores")})
+        if self.policy.mode != "wait" or self.marking_only:
+            self.emit("measurement_noise", source="timing", state="marked", **info)
+            return r, True
+        self.emit("measurement_noise", source="timing", state="noisy", **info)
+        if not self._wait(f"trial {trial}" if trial else "a timing"):
+            return r, True
+        r2 = self.runner.run(path, shapes)
+        if r2.error_class is not None:
+            return r, True
+        noisy = is_noisy(r2.reading, self.policy)
+        self.emit("measurement_noise", source="timing", state="remeasured" if not noisy else "marked", trial=trial,
+                  wait_fraction=r2.reading["wait_fraction"], other_cores=r2.reading["other_cores"],
+                  first_ms=round(r.latency_s * 1e3, 5), remeasured_ms=round(r2.latency_s * 1e3, 5))
+        return r2, noisy
+
+    def confirm(self, entries: list) -> dict:
+        """Interleaved re-measurement against the winner's curse: ``entries`` are (key, path, shapes);
+        ``confirm_rounds`` rounds time each in turn. Returns {key: [seconds, ...]} (each round's repeats)."""
+        out = {k: [] for k, _, _ in entries}
+        for _ in range(self.policy.confirm_rounds):
+            for key, path, shapes in entries:
+                r, _noisy = self.time(path, shapes)
+                if r.error_class is None:
+                    out[key].extend(r.run_secs)
+        return out
+
+    def close(self) -> None:
+        if self._probe_path:
+            self.builder.discard(self._probe_path)
+            self._probe_path = None
+
+
+def describe(data: dict) -> str:
+    """One line for a ``measurement_noise`` event, for a status bar or a log."""
+    src, state = data.get("source"), data.get("state")
+    who = ", ".join(f"{p['name']} (pid {p['pid']}) {p['cores']:.2f} cores" for p in data.get("processes") or [])
+    load = f"other processes {data['other_cores']:.2f} cores" if data.get("other_cores") is not None else ""
+    load += f": {who}" if who else ""
+    if src == "probe":
+        if state == "unavailable":
+            return f"calibration probe unavailable ({data.get('message')}); timings are still checked"
+        return f"calibration probe {data['probe_ms']:.3f} ms, {data['drift']:+.0%} from the baseline " \
+               f"{data['baseline_ms']:.3f} ms ({data.get('when')}); {load}".rstrip("; ")
+    if src == "load":
+        if state == "waiting":
+            return f"waiting for a quiet machine before {data.get('why')}; {load}"
+        if state == "quiet":
+            return f"machine quiet again after {data.get('waited_s', 0):.1f} s"
+        return f"machine still busy after {data.get('waited_s', 0):.1f} s: timings are marked noisy, not waited " \
+               f"for, until it is quiet; {load}"
+    trial = f"trial {data['trial']}" if data.get("trial") else "a timing"
+    wf = f"its threads waited {data.get('wait_fraction', 0):.0%} of the time"
+    if state == "remeasured":
+        return f"{trial} re-timed on a quiet machine: {data['first_ms']:.4g} -> {data['remeasured_ms']:.4g} ms"
+    if state == "marked":
+        return f"{trial} marked noisy: {wf}"
+    return f"{trial} disturbed: {wf}, {load}"
