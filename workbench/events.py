@@ -9,7 +9,8 @@ Kinds and their ``data``:
   baseline_measured    naive_latency_ms, reference ("numpy" | "tvm-naive")
   round_started        round, strategy, chosen_by ("controller" | "user"), reason {arm: score, ...}, n
   candidates_proposed  round, strategy, candidates [{index, predicted_score, mod_hash}]
-  candidate_measured   record (the stored row, without trace/features), new_best, strategy_best
+  candidate_measured   record (the stored row, without trace/features; with noisy, noise, cv, confirm_secs,
+                       confirm_spread), new_best, strategy_best
   new_best             record_id, trial, strategy, latency_ms, gflops, verified
   round_finished       round, strategy, measured, errors, round_best_ms, best_ms
   model_trained        round, n_samples, seconds, boost_rounds
@@ -17,6 +18,15 @@ Kinds and their ``data``:
   paused / resumed     trials_done
   runner_health        server ("host:port"), state ("busy" | "idle" | "timeout" | "lost"), measured, errors,
                        timeouts, retried, in_flight; optionally seconds, message, retrying (RPC runner only)
+  calibration          probe_ms, baseline_ms, drift (fraction), when ("start" | "before round" | "after round" |
+                       "rebaselined"): the calibration probe timed (workbench/noise.py)
+  measurement_noise    source ("timing" | "probe" | "load"), state ("noisy" | "marked" | "remeasured" | "drift" |
+                       "waiting" | "quiet" | "gave-up" | "unavailable"); with trial, wait_fraction, other_cores,
+                       processes [{pid, name, cores}], probe_ms, baseline_ms, drift, when, why, waited_s,
+                       first_ms, remeasured_ms as they apply (noise.describe(data) says it in one line)
+  records_marked_noisy record_ids, reason (the probe drifted during the round that timed them)
+  best_remeasured      record_id, strategy, latency_ms, gflops, samples: an incumbent best re-timed interleaved
+                       with a challenger; its record now holds that median
   stopped / finished   trials_done, best_latency_ms, summary
   failed               message (an unexpected error ended the session; records so far are kept)
 

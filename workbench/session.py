@@ -168,6 +168,8 @@ class TuningSession(SessionLifecycle):
             "speedup_vs_naive": (self.naive_latency_ms / best["latency_ms"]) if (best and self.naive_latency_ms) else None,
             "verified": bool(best and best["verified"]),
             "tuning_seconds": round(self._elapsed(), 2),
+            "noisy": int(rec["noisy"].sum()) if len(rec) else 0,
+            "best_spread": best.get("confirm_spread") if best else None,
             "strategies": per,
             "status": self.status,
             "db": self.db_path,
