@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("workload")
     b.add_argument("--tir", action="store_true", help="also print the program as TVMScript")
     b.add_argument("--export", metavar="PATH", help="compile the program into a shared library at PATH")
+    b.add_argument("--time", action="store_true",
+                   help="time the program standalone now (fresh worker processes, 10 repeats) beside the stored "
+                        "latency: the self-check of a published figure")
+    b.add_argument("--threads", type=_positive, default=None,
+                   help="threads for --time (default: the session target's num-cores)")
     b.add_argument("--json", action="store_true")
 
     e = sub.add_parser("export", help="export a store to a MetaSchedule JSONDatabase directory")
@@ -344,18 +349,26 @@ def cmd_best(args) -> int:
     sch = space.schedule_from_trace_json(w, b["trace"])
     out = {"workload": w.name, "record_id": b["id"], "strategy": b["strategy"], "latency_ms": b["latency_ms"],
            "gflops": b["gflops"], "verified": bool(b["verified"]), "trace": str(sch.trace)}
-    if args.tir or args.export:
+    if args.tir or args.export or args.time:
         from .program import TunedProgram
 
         prog = TunedProgram.from_store(store, w.name)
-        out["tir"] = prog.tir
+        if args.tir or args.export:
+            out["tir"] = prog.tir
         if args.export:
             out["exported"] = prog.export(args.export)
+        if args.time:
+            t = prog.time(threads=args.threads)
+            out.update(t, ratio=t["timed_ms"] / b["latency_ms"], stored_spread=b.get("confirm_spread"))
     if args.json:
         print(json.dumps(out))
         return 0
     print(f"# {w.name}: {b['latency_ms']:.4g} ms, {b['gflops']:.4g} GFLOPS, strategy {b['strategy']}, "
           f"record {b['id']}, verified {bool(b['verified'])}")
+    if args.time:
+        print(f"# timed now: {out['timed_ms']:.4g} ms (spread {out['spread'] or 0:.1%}, {out['repeats']} repeats, "
+              f"{out['threads']} threads) = {out['ratio']:.3f}x the stored figure"
+              + ("; DISTURBED by other processes: time again on a quiet machine" if out["noisy"] else ""))
     print("# trace")
     print(out["trace"])
     if args.tir:

@@ -71,6 +71,34 @@ class TunedProgram:
         lib["main"](*args, out)
         return out.numpy()
 
+    def time(self, threads: int | None = None, repeat: int = 10, min_repeat_ms: int = 50) -> dict:
+        """Time the kernel as deployed, standalone: built and timed in fresh worker processes exactly as a
+        session's runner times candidates, ``repeat`` results. Returns the median (ms), its spread
+        ((max - min) / median), the noise reading of the timing and the thread count; ``noisy`` says
+        whether another process disturbed it (then the figure is not to be trusted: time again)."""
+        from tvm.s_tir import meta_schedule as ms
+
+        from . import measure, noise
+
+        threads = int(threads or self.target_dict.get("num-cores") or tvm_env.available_cores())
+        mod = self.kernel_mod
+        shapes = [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+        builder = measure.Builder(self.target_dict, workers=1)
+        runner = measure.Runner(threads, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        try:
+            [b] = builder.build([mod])
+            if b.path is None:
+                raise WorkbenchError(f"the best program of {self.workload.name} does not build: {b.error_msg}")
+            runner.run(b.path, shapes, repeat=1)  # warm-up: the runner's thread pool, caches
+            r = runner.run(b.path, shapes)
+            if r.latency_s is None:
+                raise WorkbenchError(f"the best program of {self.workload.name} failed to run: {r.error_msg}")
+        finally:
+            builder.close()
+            runner.close()
+        return {"timed_ms": r.latency_s * 1e3, "spread": noise.spread(r.run_secs), "repeats": len(r.run_secs),
+                "threads": threads, "noise": r.reading, "noisy": noise.is_noisy(r.reading, noise.NoisePolicy())}
+
     def export(self, path: str) -> str:
         """A shared library of the kernel (``tvm.runtime.load_module`` loads it)."""
         self.build().export_library(path)
