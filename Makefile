@@ -1,11 +1,12 @@
-# Two entry points: `make lab` and `make test`. Both create .venv when needed.
+# Two entry points: `make lab` and `make test`. Both create .venv when needed; `make test` also installs chromium.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_PORT ?= 8888
+LAB_ARGS ?=
 
-.PHONY: lab test install bench bench-full bench-throughput torch-env clean
+.PHONY: lab test install chromium bench bench-full bench-throughput torch-env clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,12 +19,54 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-# JupyterLab on the quickstart notebook; token auth, loopback only.
-lab: $(STAMP)
-	$(BIN)/jupyter lab --ip=127.0.0.1 --port=$(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \
-	  --LabApp.default_url=/lab/tree/notebooks/01_quickstart.ipynb notebooks/01_quickstart.ipynb
+# JupyterLab on the quickstart notebook, for any user (tests/test_make_lab.py runs exactly `make lab`):
+# - loopback only (127.0.0.1) with token authentication: JupyterLab prints the URL with its token.
+# - --allow-root when the effective user is root (most containers, the project's machines included): JupyterLab
+#   refuses to start as root otherwise. The flag lifts only that refusal; loopback + token keep the server private.
+# - --no-browser on Linux without a display (DISPLAY and WAYLAND_DISPLAY unset: a container, an SSH session): open
+#   the printed URL yourself, e.g. through `ssh -L 8888:127.0.0.1:8888 host`. Without it, Python's webbrowser
+#   would start a console browser (www-browser, w3m, lynx) inside this terminal when one is installed. With a
+#   display (or on macOS) JupyterLab opens the quickstart in the default browser.
+# - --ServerApp.port_retries=0: a port in use is an error, not a silent move to the next free port, which an SSH
+#   tunnel or a bookmark for the usual port would miss. Pick another one with `make lab LAB_PORT=9999`.
+# - LAB_ARGS: more JupyterLab options, e.g. `make lab LAB_ARGS=--no-browser`.
+# - no "official Jupyter news?" prompt: see LAB_DEFAULTS.
+LAB_AS_ROOT    := $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_NO_BROWSER := $(if $(filter Linux,$(shell uname -s)),$(if $(DISPLAY)$(WAYLAND_DISPLAY),,--no-browser))
 
-test: $(STAMP)
+# JupyterLab asks every new user whether to fetch its news feed (a toast over the notebook). Its command-line
+# options cannot stop that (--LabApp.news_url=None only empties the feed; the prompt is driven by the setting
+# fetchNews, default "none" = ask), so this sets that setting's *default* to "false" in the .venv's own
+# JupyterLab config (sys-prefix labconfig/default_setting_overrides.json): nothing under ~ is written, and a
+# choice the user made in JupyterLab's settings still wins.
+LAB_DEFAULTS := $(VENV)/etc/jupyter/labconfig/default_setting_overrides.json
+
+$(LAB_DEFAULTS): Makefile | $(STAMP)
+	@mkdir -p $(@D)
+	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}' > $@
+
+lab: $(STAMP) $(LAB_DEFAULTS)
+	$(BIN)/jupyter lab --ip=127.0.0.1 --port=$(LAB_PORT) --ServerApp.port_retries=0 $(LAB_AS_ROOT) $(LAB_NO_BROWSER) \
+	  --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks/01_quickstart.ipynb \
+	  $(LAB_ARGS) notebooks/01_quickstart.ipynb
+
+# The browser test drives Debian's Chromium (Playwright cannot download browsers on the project's machines), so
+# `make test` installs chromium when /usr/bin/chromium is missing (apt-get, through sudo unless root). Without
+# apt-get it says so and goes on; the browser test then fails, naming what to install.
+CHROMIUM := /usr/bin/chromium
+SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
+
+chromium: $(CHROMIUM)
+
+$(CHROMIUM):
+	@if command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the browser test (apt-get)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	  echo "NOTE: no apt-get here: install Chromium as $(CHROMIUM) yourself, the browser test needs it"; \
+	fi
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -ra --durations=15
 
 # Performance against MetaSchedule, vendor libraries and the machine's peak -> docs/results/performance.md.
