@@ -1,16 +1,35 @@
-"""A measurement worker that waits for its turn: one JSON command per stdin line, one JSON reply per stdout line.
+"""A measurement worker: one JSON command per stdin line, one JSON reply per stdout line.
 
-The parent keeps several such workers alive (the TVM re-measurement process,
-the torch process from its own environment) and lets exactly one of them time
-at any moment, round by round, so their measurements are interleaved while
-their environments stay apart. Standard library only: both environments import it.
+The parent starts one such worker per library (a TVM re-measurement process per
+tuner, one for numpy/OpenBLAS, the torch process from its own environment), uses
+it (``setup``, then ``time``), closes it and waits for it to exit before the next
+one starts: each library is timed alone, with no other process's thread pool
+spinning beside it (see ``_quiet.py``, the benchmark protocol). Standard library
+only: both environments import it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def timing_meter(threads: int):
+    """``workbench.noise.TimingMeter(threads)`` loaded from its file, without importing the workbench package
+    (which needs TVM): the torch environment has no TVM. noise.py imports only the standard library."""
+    name = "_wb_noise"
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "workbench", "noise.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod.TimingMeter(threads)
 
 
 def serve(handlers: dict) -> None:

@@ -1,17 +1,20 @@
-"""The final kernels of every tuner, rebuilt and timed side by side in one process: a :mod:`_protocol` worker.
+"""One library's final kernels, rebuilt and timed alone in this process: a :mod:`_protocol` worker.
 
     .venv/bin/python benchmarks/_remeasure.py THREADS
 
-``setup`` takes ``kernels`` (``{"key", "workload", "trace"}``: a trace in TVM's
-JSON form, postprocessors included, as the workbench's records store and
-MetaSchedule's database hold it) and ``numpy`` (workload names to time
-``numpy.matmul`` on, OpenBLAS with the same thread count). Each kernel is
-replayed, its weight-layout preproc block removed (MetaSchedule's own builder
-does the same: the weights arrive pre-transformed), built for the target and
-checked against the workload's NumPy reference on inputs whose weights went
-through that kernel's layout transform. ``round`` times every kernel once with
-TVM's ``time_evaluator`` (one repeat lasting >= ``min_repeat_ms``), in the
-order given, so repeated rounds interleave the tuners.
+``performance.py`` starts one such process per tuner (and one for numpy), one
+after the other (the benchmark protocol, ``_quiet.py``). ``setup`` takes
+``kernels`` (``{"key", "workload", "trace"}``: a trace in TVM's JSON form,
+postprocessors included, as the workbench's records store and MetaSchedule's
+database hold it) and ``numpy`` (workload names to time ``numpy.matmul`` on,
+OpenBLAS with the same thread count). Each kernel is replayed, its
+weight-layout preproc block removed (MetaSchedule's own builder does the same:
+the weights arrive pre-transformed), built for the target and checked against
+the workload's NumPy reference on inputs whose weights went through that
+kernel's layout transform. ``time`` times each kernel in turn, ``repeats``
+samples in a row after one warm-up call, each sample one ``time_evaluator``
+repeat lasting >= ``min_repeat_ms``; a ``TimingMeter`` reading (run-queue wait
+of this process's threads, other processes' CPU) comes back with each.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ def setup(msg):
     from workbench.workloads import registry
 
     tvm_env.setup()
+    import tvm
+
+    tvm.get_global_func("runtime.config_threadpool")(1, int(THREADS))  # explicit, as the workbench's runner does
     reg = registry()
     info = {}
     for k in msg["kernels"]:
@@ -91,18 +97,26 @@ def _numpy_once(a, b, c, min_s):
         n = max(n * 2, int(n * min_s / max(t, 1e-6)) + 1)
 
 
-def round_(msg):
+def time_(msg):
     import tvm
 
+    repeats = int(msg.get("repeats", 5))
     min_ms = int(msg.get("min_repeat_ms", 100))
+    threads = int(THREADS)
     out = {}
     for key, (rt, name, args) in KERNELS.items():
-        f = rt.time_evaluator(name, tvm.cpu(), number=1, repeat=1, min_repeat_ms=min_ms)
-        out[key] = float(f(*args).results[0])
+        rt[name](*args)  # warm-up: caches, and the pool is running before the first sample
+        f = rt.time_evaluator(name, tvm.cpu(), number=1, repeat=repeats, min_repeat_ms=min_ms)
+        with _protocol.timing_meter(threads) as m:
+            xs = [float(x) for x in f(*args).results]
+        out[key] = dict(samples=xs, **m.result)
     for wname, (a, b, c) in NUMPY.items():
-        out["numpy:" + wname] = _numpy_once(a, b, c, min_ms / 1e3)
+        np.matmul(a, b, out=c)
+        with _protocol.timing_meter(threads) as m:
+            xs = [_numpy_once(a, b, c, min_ms / 1e3) for _ in range(repeats)]
+        out["numpy:" + wname] = dict(samples=xs, **m.result)
     return out
 
 
 if __name__ == "__main__":
-    _protocol.serve({"setup": setup, "round": round_})
+    _protocol.serve({"setup": setup, "time": time_})

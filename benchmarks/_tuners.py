@@ -2,7 +2,9 @@
 
 Shared by ``measure_throughput.py`` and ``performance.py``. Every run gets the
 same target dict (``mcpu`` and ``num-cores`` included), the same trial budget
-and batch size, and ``TVM_NUM_THREADS`` = the target's core count. Each run
+and batch size, and ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS`` and
+``OPENBLAS_NUM_THREADS`` = the target's core count; the caller runs the quiet
+check of the benchmark protocol (``_quiet.py``) before each run. Each run
 returns its counts, its best latency, its wall time (process start included)
 and a timeline: one ``(seconds since the process was launched, latency_ms or
 None)`` per measured candidate, so that time-to-quality can be read off it.
@@ -84,9 +86,11 @@ MS_SCRIPT = textwrap.dedent('''
 
 
 def _env(target: dict) -> dict:
-    env = dict(os.environ, TVM_NUM_THREADS=str(target["num-cores"]))
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+    """Every thread pool of the tuner's process (and of the workers it starts, which inherit it) sized to the
+    target's core count: ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` (``_quiet.py``)."""
+    from _quiet import thread_env
+
+    return thread_env(int(target["num-cores"]))
 
 
 def _last_json(p: subprocess.CompletedProcess, who: str) -> dict:

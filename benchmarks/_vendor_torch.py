@@ -4,8 +4,11 @@
 
 ``setup`` takes conv specs (NCHW semantics, N=1) and picks, per spec, the faster
 of torch's two memory formats (contiguous NCHW and channels_last, both run by
-oneDNN on CPU); ``round`` times each once (mean over >= 100 ms of calls).
-torch never enters the workbench's environment.
+oneDNN on CPU); ``time`` times each conv in turn, ``repeats`` samples in a row
+(each the mean over >= ``min_repeat_ms`` of calls), with a ``TimingMeter``
+reading. ``performance.py`` starts this process alone, after the TVM ones have
+exited (the benchmark protocol, ``_quiet.py``). torch never enters the
+workbench's environment.
 """
 
 from __future__ import annotations
@@ -62,9 +65,17 @@ def setup(msg):
             "mkldnn": bool(torch.backends.mkldnn.is_available())}
 
 
-def round_(msg):
-    return {name: _time_once(fn) for name, fn in CONVS.items()}
+def time_(msg):
+    repeats = int(msg.get("repeats", 5))
+    min_s = int(msg.get("min_repeat_ms", 100)) / 1e3
+    out = {}
+    for name, fn in CONVS.items():
+        fn()
+        with _protocol.timing_meter(torch.get_num_threads()) as m:
+            xs = [_time_once(fn, min_s) for _ in range(repeats)]
+        out[name] = dict(samples=xs, **m.result)
+    return out
 
 
 if __name__ == "__main__":
-    _protocol.serve({"setup": setup, "round": round_})
+    _protocol.serve({"setup": setup, "time": time_})

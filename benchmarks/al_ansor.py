@@ -7,9 +7,14 @@ REWRITE_FOR_PRE_TRANSFORMED), and the adaptive controller choosing among those
 three (plus, with --with-packed, the fixed blocked layout) with one shared
 cost model. Each method's best program is then rebuilt from its stored trace
 and re-measured, all methods interleaved in a shuffled order, ``--repeats``
-times; the median is its latency. Latency is the *deployment* latency of the
-strategy: transform-stage pays its weight copy on every call, the others do
-not (their transform runs once, offline).
+times; the median is its latency, reported with its spread. Latency is the
+*deployment* latency of the strategy: transform-stage pays its weight copy on
+every call, the others do not (their transform runs once, offline).
+
+The run follows the benchmark protocol (``_quiet.py``): a quiet check before the
+start, before every tuning session and before the re-measurement (status 3 and
+one line when the machine is busy; ``--force`` marks the result invalid), the
+calibration probe before and after, every thread pool sized to ``--threads``.
 
     python benchmarks/al_ansor.py            # quick: 6 layers x 128 trials, 1 seed
     python benchmarks/al_ansor.py --full     # 11 layers x 128 trials, 3 seeds
@@ -29,9 +34,13 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(ROOT, "docs", "results")
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+import _quiet  # noqa: E402
 
 QUICK_LAYERS = ["resnet18.conv1", "resnet18.conv2", "resnet18.conv5", "resnet18.conv8", "resnet18.conv11",
                 "resnet18.conv7"]
@@ -91,11 +100,12 @@ def collect(db, need_all=True):
 
 
 def remeasure(entries, repeats, target):
-    """entries: list of (key, workload, record) -> {key: median latency ms}, interleaved and shuffled."""
+    """entries: list of (key, workload, record) -> {key: {"median_ms", "spread", "n", "samples_ms"}}, the
+    methods interleaved in shuffled order (one library, TVM, in one runner process)."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.s_tir import meta_schedule as ms
 
-    from workbench import measure, space, tvm_env
+    from workbench import measure, noise, space
     from workbench.workloads import registry
 
     builder = measure.Builder(target, workers=2)
@@ -123,7 +133,8 @@ def remeasure(entries, repeats, target):
                     r = runner.run(built[k], shapes[k])
                     if r.latency_s:
                         times[k].append(r.latency_s * 1e3)
-        return {k: (float(np.median(v)) if v else None) for k, v in times.items()}
+        return {k: {"median_ms": float(np.median(v)) if v else None, "spread": noise.spread(v), "n": len(v),
+                    "samples_ms": [round(x, 5) for x in v]} for k, v in times.items()}
     finally:
         for p in built.values():
             builder.discard(p)
@@ -147,9 +158,11 @@ def main():
     ap.add_argument("--layers", default=None, help="comma list of workload names")
     ap.add_argument("--with-packed", action="store_true", help="give the adaptive controller the packed arm too")
     ap.add_argument("--db", default=os.path.join(ROOT, "benchmarks", "out", "al_ansor.db"))
-    ap.add_argument("--threads", type=int, default=None,
-                    help="cores for tuning and timing (default: all). 1 keeps timings honest on a shared machine: "
-                         "a parallel kernel stalls whenever another process takes one of its cores")
+    ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
+                    help="cores for tuning and timing (TVM_NUM_THREADS, OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, the "
+                         "target's num-cores; default: all available, %(default)s)")
+    ap.add_argument("--force", action="store_true",
+                    help="run even when the machine is not quiet; the result is then marked invalid")
     ap.add_argument("--resume", action="store_true",
                     help="keep --db and the sessions in it that finished with --trials trials; tune the rest")
     ap.add_argument("--rerun", default=None,
@@ -177,7 +190,11 @@ def main():
     if args.report_only:
         runs, layers, seeds = collect(args.db)
         target = next(iter(runs.values()))["target"]
-    else:
+    threads = int(target["num-cores"])
+    _quiet.set_thread_env(threads)
+    protocol = _quiet.Protocol("al_ansor", threads, args.force)
+    protocol.start()
+    if not args.report_only:
         os.makedirs(os.path.dirname(args.db), exist_ok=True)
         done = {}
         if args.resume and os.path.exists(args.db):
@@ -197,6 +214,7 @@ def main():
                         print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {args.db}",
                               file=sys.stderr, flush=True)
                         continue
+                    protocol.phase(f"tuning {layer} seed {seed} {m}")
                     print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}", file=sys.stderr, flush=True)
                     runs[(layer, seed, m)] = tune(layer, m, args.trials, seed, args.db, arms, args.trials_per_round,
                                                   target)
@@ -209,12 +227,20 @@ def main():
             best = ok.loc[ok["latency_ms"].idxmin()]
             entries.append(((layer, seed, m), layer, {"trace": best["trace"], "strategy": best["strategy"]}))
             r["best_strategy"] = best["strategy"]
+    _quiet.quiesce()
+    protocol.phase("re-measuring the winners")
     print(f"[{time.time() - t0:7.0f}s] re-measuring {len(entries)} winners x {args.repeats}", file=sys.stderr)
-    lat = remeasure(entries, args.repeats, target)
+    timed = remeasure(entries, args.repeats, target)
+    protocol.finish()
+    lat = {k: v["median_ms"] for k, v in timed.items()}
 
-    per_layer = {}
+    per_layer, spread = {}, {}
     for layer in layers:
         per_layer[layer] = {m: geomean([lat.get((layer, s, m)) for s in seeds]) for m in methods}
+        # the largest spread over seeds: (max - min) / median of the re-measured samples
+        spread[layer] = {m: max((timed[(layer, s, m)]["spread"] for s in seeds
+                                 if (layer, s, m) in timed and timed[(layer, s, m)]["spread"] is not None),
+                                default=None) for m in methods}
     improvement = {}
     for f in FIXED:
         ratios = [per_layer[l][f] / per_layer[l]["adaptive"] for l in layers
@@ -232,12 +258,15 @@ def main():
         "date": time.strftime("%Y-%m-%d %H:%M"), "trials": args.trials, "trials_per_round": args.trials_per_round,
         "seeds": seeds, "layers": layers,
         "arms": arms, "repeats": args.repeats, "target": target,
-        "latency_ms": {l: per_layer[l] for l in layers}, "improvement_of_adaptive": improvement,
+        "latency_ms": {l: per_layer[l] for l in layers}, "spread": {l: spread[l] for l in layers},
+        "remeasured": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in timed.items()},
+        "improvement_of_adaptive": improvement,
         "adaptive_vs_best_fixed_geomean_pct": 100 * (geomean(vs_best_fixed) - 1) if vs_best_fixed else None,
         "allocation": alloc, "winner_strategy": {f"{k[0]}|{k[1]}|{k[2]}": v.get("best_strategy") for k, v in runs.items()},
         "tuning_seconds": {f"{k[0]}|{k[1]}|{k[2]}": round(v["seconds"], 1) for k, v in runs.items()},
         "curves": {f"{k[0]}|{k[1]}|{k[2]}": v["curve"] for k, v in runs.items()},
         "wall_seconds": round(time.time() - t0, 1), "command": "python " + " ".join(sys.argv),
+        "protocol": protocol.summary(),
     }
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "al_ansor.json"), "w") as f:
@@ -267,21 +296,30 @@ def _fmt(x, d=3):
     return "-" if x is None else f"{x:.{d}f}"
 
 
+def _cell(res, layer, m, bold=False):
+    v = _fmt(res["latency_ms"][layer][m])
+    v = f"**{v}**" if bold else v
+    sp = (res.get("spread") or {}).get(layer, {}).get(m)
+    return v if sp is None else f"{v} ({100 * sp:.0f}%)"
+
+
 def _write_md(res, args):
     L = ["# AL-Ansor reproduction: adaptive weight-layout strategy vs fixed strategies", "",
+         _quiet.summary_markdown(res.get("protocol")),
          f"Measured {res['date']} on this machine ({res['target']['mcpu']}; tuned and timed with {res['target']['num-cores']} thread(s)). "
          f"{len(res['layers'])} ResNet-18 conv layers (NHWC, batch 1), {res['trials']} trials per method and layer, "
          f"seeds {res['seeds']}, preset `quick` with {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. Each method's best program "
          f"was rebuilt from its trace and re-measured {res['repeats']}x, all methods interleaved in shuffled order; "
-         "the median is shown (geometric mean over seeds). Latencies are deployment latencies: transform-stage "
+         "the median is shown (geometric mean over seeds), with its spread ((max - min) / median; the largest over "
+         "seeds) in brackets when it was recorded. Latencies are deployment latencies: transform-stage "
          "includes its weight copy on every call, the others transform weights once, offline. Produced by "
          f"`{res.get('command') or 'python ' + ' '.join(sys.argv)}` in {res['wall_seconds'] / 60:.0f} min.", "",
          "## Latency per layer (ms, lower is better)", "",
          "| layer | no-rewrite | transform-stage | pre-transformed | adaptive | adaptive's winner |", "|---|---|---|---|---|---|"]
     for l in res["layers"]:
-        p = res["latency_ms"][l]
-        L.append(f"| {l} | {_fmt(p['no-rewrite'])} | {_fmt(p['transform-stage'])} | {_fmt(p['pre-transformed'])} | "
-                 f"**{_fmt(p['adaptive'])}** | {res['winner_strategy'].get(l + '|' + str(res['seeds'][0]) + '|adaptive')} |")
+        L.append(f"| {l} | {_cell(res, l, 'no-rewrite')} | {_cell(res, l, 'transform-stage')} | "
+                 f"{_cell(res, l, 'pre-transformed')} | {_cell(res, l, 'adaptive', bold=True)} | "
+                 f"{res['winner_strategy'].get(l + '|' + str(res['seeds'][0]) + '|adaptive')} |")
     L += ["", "## Improvement of adaptive over each fixed strategy", "",
           "`lat_fixed / lat_adaptive - 1`, over layers.", "",
           "| vs fixed strategy | mean | geomean | layers where adaptive is faster | paper (abstract) |", "|---|---|---|---|---|"]

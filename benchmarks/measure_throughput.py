@@ -15,7 +15,14 @@ would. MetaSchedule runs twice:
 
 Failed candidates (``run_secs`` = 1e10 or an error) are counted, not hidden.
 
-    python benchmarks/measure_throughput.py [--workload resnet18.conv2] [--trials 64]
+The run follows the benchmark protocol (``_quiet.py``): a quiet check before the
+start and before every tuner run (status 3 and one line when the machine is
+busy; ``--force`` marks the result invalid), ``quiesce()`` between runs, the
+calibration probe before and after, every thread pool sized to ``--threads``.
+Every tuner runs ``--repeats`` times (default 3; in rounds: each tuner once per
+round) and each figure is the median over its runs, with its spread.
+
+    python benchmarks/measure_throughput.py [--workload resnet18.conv2] [--trials 64] [--repeats 3]
 
 writes ``docs/results/throughput.md`` and ``docs/results/throughput.json``.
 """
@@ -33,7 +40,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "docs", "results")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _quiet  # noqa: E402
 import _tuners  # noqa: E402
+
+TUNERS = ("workbench", "ms-fastbuild", "ms-stock")
+FIGURES = ("wall_seconds", "ok_per_second", "seconds_per_ok_trial", "best_latency_ms")
 
 
 def run_ms(workload, target, trials, per_round, fast, build_timeout):
@@ -46,51 +57,95 @@ def run_workbench(workload, target, trials, per_round):
         return _tuners.run_workbench(workload, target, trials, per_round, os.path.join(wd, "wb.db"))
 
 
+def _median_row(runs: list) -> dict:
+    """The run whose throughput is the median one (its counts), each figure replaced by the median over
+    ``runs`` and given its spread ((max - min) / median; None for a single run)."""
+    import statistics
+
+    from workbench import noise
+
+    order = sorted(runs, key=lambda r: r["ok_per_second"])
+    row = {k: v for k, v in order[(len(order) - 1) // 2].items() if k != "timeline"}
+    for k in FIGURES:
+        xs = [r[k] for r in runs if r.get(k) is not None]
+        row[k] = statistics.median(xs) if xs else None
+        row[k + "_spread"] = noise.spread(xs) if xs else None
+    row["runs"] = [{k: r.get(k) for k in ("measured", "ok", "failed") + FIGURES} for r in runs]
+    return row
+
+
+def _fig(r, k, spec):
+    sp = r.get(k + "_spread")
+    v = "-" if r.get(k) is None else format(r[k], spec)
+    return v if sp is None else f"{v} ({100 * sp:.0f}%)"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="resnet18.conv2")
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--per-round", type=int, default=16)
     ap.add_argument("--ms-build-timeout", type=float, default=300.0)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs per tuner; figures are medians over them with their spread (default %(default)s)")
+    ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
+                    help="threads of every tuner and its workers (TVM_NUM_THREADS, OMP_NUM_THREADS, "
+                         "OPENBLAS_NUM_THREADS, the target's num-cores; default: all available cores, %(default)s)")
+    ap.add_argument("--force", action="store_true",
+                    help="run even when the machine is not quiet; the result is then marked invalid")
     args = ap.parse_args()
 
     from workbench import tvm_env
 
-    target = tvm_env.host_target_dict()
-    rows = {}
+    target = tvm_env.host_target_dict(args.threads)
+    _quiet.set_thread_env(args.threads)
+    protocol = _quiet.Protocol("measure_throughput", args.threads, args.force)
+    protocol.start()
+    runs = {k: [] for k in TUNERS}
     # The workbench uses MetaSchedule's own strategy for its weights (pre-transformed: RewriteLayout with the
     # transform stripped by the builder), so both sides measure the same kind of program.
-    print("workbench ...", file=sys.stderr)
-    rows["workbench"] = run_workbench(args.workload, target, args.trials, args.per_round)
-    print("ms-fastbuild ...", file=sys.stderr)
-    rows["ms-fastbuild"] = run_ms(args.workload, target, args.trials, args.per_round, True, args.ms_build_timeout)
-    print("ms-stock ...", file=sys.stderr)
-    rows["ms-stock"] = run_ms(args.workload, target, args.trials, args.per_round, False, args.ms_build_timeout)
-    for r in rows.values():
-        r["ok_per_second"] = r["ok"] / r["wall_seconds"]
-        r["seconds_per_ok_trial"] = r["wall_seconds"] / max(1, r["ok"])
+    for i in range(args.repeats):
+        for tuner in TUNERS:
+            _quiet.quiesce()
+            protocol.phase(f"tuning with {tuner} (run {i + 1}/{args.repeats})")
+            print(f"{tuner} (run {i + 1}/{args.repeats}) ...", file=sys.stderr, flush=True)
+            if tuner == "workbench":
+                r = run_workbench(args.workload, target, args.trials, args.per_round)
+            else:
+                r = run_ms(args.workload, target, args.trials, args.per_round, tuner == "ms-fastbuild",
+                           args.ms_build_timeout)
+            r["ok_per_second"] = r["ok"] / r["wall_seconds"]
+            r["seconds_per_ok_trial"] = r["wall_seconds"] / max(1, r["ok"])
+            runs[tuner].append(r)
+    protocol.finish()
+    rows = {k: _median_row(v) for k, v in runs.items()}
     wb = rows["workbench"]["ok_per_second"]
     result = {"workload": args.workload, "trials": args.trials, "per_round": args.per_round, "target": target,
+              "threads": args.threads, "repeats": args.repeats,
               "versions": tvm_env.library_versions(), "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows,
-              "speedup_vs": {k: wb / v["ok_per_second"] for k, v in rows.items() if k != "workbench" and v["ok"]}}
+              "speedup_vs": {k: wb / v["ok_per_second"] for k, v in rows.items() if k != "workbench" and v["ok"]},
+              "protocol": protocol.summary()}
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "throughput.json"), "w") as f:
         json.dump(result, f, indent=1)
     lines = [
         "# Tuning throughput: workbench vs MetaSchedule `tune_tir`",
         "",
+        protocol.markdown(),
         f"Workload `{args.workload}`, {args.trials} trials in batches of {args.per_round}, target "
         f"`{json.dumps(target)}`, measured {result['date']} on this machine ({os.cpu_count()} cores), "
         f"TVM {result['versions']['tvm']}. Produced by `python benchmarks/measure_throughput.py`; each tuner in a "
-        "fresh process, one after the other; wall time includes start-up.",
+        f"fresh process, one after the other; wall time includes start-up. {args.repeats} run(s) per tuner: "
+        "figures are medians over the runs, with their spread ((max - min) / median) in brackets when there are "
+        "several; the counts are the median run's.",
         "",
         "| tuner | measured | ok | failed | wall s | s per ok trial | ok trials / s | best ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for k, r in rows.items():
-        best = "-" if r["best_latency_ms"] is None else f"{r['best_latency_ms']:.3f}"
-        lines.append(f"| {k} | {r['measured']} | {r['ok']} | {r['failed']} | {r['wall_seconds']:.1f} | "
-                     f"{r['seconds_per_ok_trial']:.2f} | {r['ok_per_second']:.3f} | {best} |")
+        lines.append(f"| {k} | {r['measured']} | {r['ok']} | {r['failed']} | {_fig(r, 'wall_seconds', '.1f')} | "
+                     f"{_fig(r, 'seconds_per_ok_trial', '.2f')} | {_fig(r, 'ok_per_second', '.3f')} | "
+                     f"{_fig(r, 'best_latency_ms', '.3f')} |")
     wbr = rows["workbench"]
     lines += ["", f"The workbench's best program is verified: {wbr['verified']}; it runs in {wbr['best_latency_ms']:.3f} ms "
               f"against {wbr['naive_latency_ms']:.1f} ms for the naive (unscheduled) program: "

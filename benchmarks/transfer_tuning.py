@@ -15,6 +15,11 @@ workbench's naive program (the unscheduled PrimFunc built by TVM, one call), mea
 during TT and used as the one baseline for S_TT and S_full. Exact-shape matches (a source layer with
 the identical shape) are reported apart from true transfers.
 
+The run follows the benchmark protocol (``_quiet.py``): a quiet check before the start and before every phase
+(source tuning; per target: transfer-tuning, timing the default schedules, full tuning; status 3 and one line
+when the machine is busy, ``--force`` marks the result invalid), the calibration probe before and after, every
+thread pool (tuning sessions, TT's measurements, the default schedules' timing) sized to ``--threads``.
+
     python benchmarks/transfer_tuning.py --mode reduced   # 6 R18 sources, 6 R50 + 4 MBv2 targets, 32 trials/layer
     python benchmarks/transfer_tuning.py --mode full      # all 11 R18, 23 R50, 17 MBv2 pointwise layers, 64/layer
 
@@ -30,10 +35,13 @@ import platform
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(ROOT, "docs", "results")
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
+import _quiet  # noqa: E402
 from workbench.store import remove_store  # noqa: E402
 
 PAPER = {"fraction_avg": 49.13, "fraction_max": 88.41, "time_ratio_server": 6.5, "time_ratio_edge": 10.8}
@@ -96,12 +104,12 @@ def default_schedule(w):
     return sch.mod
 
 
-def measure_default(targets):
+def measure_default(targets, target="host"):
     """(ms per layer) of default_schedule, timed like every candidate (quick preset's runner)."""
     from workbench import measure, presets, tvm_env
 
     tvm_env.setup()
-    td = tvm_env.parse_target("host")
+    td = tvm_env.parse_target(target)
     p = presets.get("quick")
     builder = measure.Builder(td, workers=min(2, tvm_env.available_cores()), timeout=p.build_timeout)
     runner = measure.Runner(int(td["num-cores"]), timeout=p.run_timeout, number=p.number, repeat=p.repeat,
@@ -119,11 +127,11 @@ def measure_default(targets):
     return out
 
 
-def tune_network(layers, trials_per_layer, db, seed, per_round, strategy, label):
+def tune_network(layers, trials_per_layer, db, seed, per_round, strategy, label, target="host"):
     from workbench.network import NetworkSession
 
-    s = NetworkSession(layers, trials=trials_per_layer * len(layers), db=db, seed=seed, strategy=strategy,
-                       trials_per_round=per_round, name=label)
+    s = NetworkSession(layers, target=target, trials=trials_per_layer * len(layers), db=db, seed=seed,
+                       strategy=strategy, trials_per_round=per_round, name=label)
     t = time.time()
     s.subscribe(lambda e: e.kind == "network_round" and print(
         f"  [{label}] round {e.data['round']:3d} {e.data['workload']:28s} trials {e.data['trials_done']:4d} "
@@ -132,19 +140,24 @@ def tune_network(layers, trials_per_layer, db, seed, per_round, strategy, label)
     return summ, list(s.history), time.time() - t
 
 
-def run_target(name, targets, source_db, bank_params, args, out):
+def run_target(name, targets, source_db, bank_params, args, out, protocol, target):
     from workbench.transfer import transfer
 
+    protocol.phase(f"transfer-tuning onto {name}")
     print(f"# transfer-tuning onto {name}: {len(targets)} layers", flush=True)
     t = time.time()
-    tt = transfer(source_db, targets, db=os.path.join(out, f"tt_{name}.db"))
+    tt = transfer(source_db, targets, target=target, db=os.path.join(out, f"tt_{name}.db"))
     t_tt_wall = time.time() - t
-    default_ms = measure_default(targets)
+    _quiet.quiesce()
+    protocol.phase(f"timing {name}'s default schedules")
+    default_ms = measure_default(targets, target)
+    _quiet.quiesce()
+    protocol.phase(f"full tuning of {name}")
     print(f"# full tuning of {name}: {args.trials} trials per layer", flush=True)
     full_db = os.path.join(out, f"full_{name}.db")
     remove_store(full_db)
     summ, hist, t_full = tune_network(targets, args.trials, full_db, args.seed, args.per_round, args.strategy,
-                                      f"full-{name}")
+                                      f"full-{name}", target)
     layers = []
     for w, r in zip(targets, tt):
         full_best = next(x["best_latency_ms"] for x in summ["tasks"] if x["workload"] == w.name)
@@ -205,7 +218,8 @@ def write_report(data, results=RESULTS):
     with open(os.path.join(results, "transfer_tuning.json"), "w") as f:
         json.dump(data, f, indent=1)
     m = data["mode"]
-    L = ["# Transfer-tuning reproduction (ResNet-18 -> ResNet-50, -> MobileNet-V2 pointwise)", ""]
+    L = ["# Transfer-tuning reproduction (ResNet-18 -> ResNet-50, -> MobileNet-V2 pointwise)", "",
+         _quiet.summary_markdown(data.get("protocol"))]
     L.append(f"Measured on {data['machine']} with `{data['command']}` (mode **{m}**: "
              f"{len(data['source_layers'])} ResNet-18 source layers, {data['trials_per_layer']} trials per layer for "
              f"source and full tuning, {data['per_round']} per round, strategy `{data['strategy']}`, seed {data['seed']}). "
@@ -312,6 +326,12 @@ def main(argv=None):
     ap.add_argument("--targets", default="resnet50,mobilenet_v2")
     ap.add_argument("--no-write", action="store_true", help="print the results, do not write docs/results")
     ap.add_argument("--results", default=RESULTS, help="where transfer_tuning.md/.json go (default docs/results)")
+    ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
+                    help="threads of every session, transfer measurement and timing (TVM_NUM_THREADS, "
+                         "OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, the target's num-cores; default: all available "
+                         "cores, %(default)s)")
+    ap.add_argument("--force", action="store_true",
+                    help="run even when the machine is not quiet; the result is then marked invalid")
     args = ap.parse_args(argv)
     mode = MODES[args.mode]
     args.trials = args.trials or mode["trials_per_layer"]
@@ -320,22 +340,32 @@ def main(argv=None):
     from workbench import tvm_env
     from workbench.workloads import registry
 
+    target = tvm_env.host_target_dict(args.threads)
+    _quiet.set_thread_env(args.threads)
+    protocol = _quiet.Protocol("transfer_tuning", args.threads, args.force)
+    protocol.start()
     source = _layers(mode["source"], "resnet18")
     if args.source_db:
         source_db, t_src = args.source_db, 0.0
     else:
         source_db = os.path.join(args.out, "source_resnet18.db")
         remove_store(source_db)
+        protocol.phase("tuning the ResNet-18 source")
         print(f"# source: {len(source)} ResNet-18 layers x {args.trials} trials", flush=True)
-        _, _, t_src = tune_network(source, args.trials, source_db, args.seed, args.per_round, args.strategy, "source")
+        _, _, t_src = tune_network(source, args.trials, source_db, args.seed, args.per_round, args.strategy, "source",
+                                   target)
     bank_params = {w.name: (w.class_key, w.params) for w in source}
     targets = []
     for name in args.targets.split(","):
-        targets.append(run_target(name, _layers(mode[name], name), source_db, bank_params, args, args.out))
+        _quiet.quiesce()
+        targets.append(run_target(name, _layers(mode[name], name), source_db, bank_params, args, args.out, protocol,
+                                  target))
+    protocol.finish()
     mb = registry().networks["mobilenet_v2"]
     pw = sum(w.weight * w.flops for w in mb if w.op == "conv2d" and w.params["kernel"] == 1)
     data = {"mode": args.mode, "command": "python " + " ".join(["benchmarks/transfer_tuning.py"] + (argv or sys.argv[1:])),
             "machine": f"{platform.machine()} {tvm_env.host_mcpu()}, {tvm_env.available_cores()} cores",
+            "threads": args.threads, "target": target, "protocol": protocol.summary(),
             "trials_per_layer": args.trials, "per_round": args.per_round, "strategy": args.strategy, "seed": args.seed,
             "source_layers": [w.name for w in source], "source_db": source_db, "source_s": t_src,
             "targets": targets, "paper": PAPER, "mbv2_pointwise_flop_share": pw / sum(w.weight * w.flops for w in mb),

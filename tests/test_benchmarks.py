@@ -1,17 +1,25 @@
-"""The benchmark helpers (benchmarks/_report.py, _protocol.py): parsing, aggregation and the Markdown report.
+"""The benchmark helpers (benchmarks/_report.py, _protocol.py, _quiet.py): parsing, aggregation, the Markdown
+report and the benchmark protocol.
 
-Synthetic inputs only; nothing is timed.
+Synthetic inputs, except for the protocol's quiet check beside real CPU hogs, the calibration probe and one
+numpy re-measurement worker (a few seconds each); no benchmark is run.
 """
 
+import itertools
 import json
 import os
+import re
+import subprocess
 import sys
+import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCH)
 
 import _protocol  # noqa: E402
+import _quiet  # noqa: E402
 import _report  # noqa: E402
 
 PEAK_OUT = """isa avx2-fma
@@ -119,3 +127,227 @@ def test_conv_spec_gives_torch_the_workloads_shapes():
     assert dw["groups"] == dw["ci"] == dw["co"] == 144
     assert performance.conv_spec(reg.get("GMM.2")) is None
     assert [reg.get(n).name for n in performance.WORKLOADS] == performance.WORKLOADS  # all registered
+
+
+def test_per_workload_keeps_the_headline_figures_in_the_json():
+    res = _result()
+    _report.per_workload(res, _report.derive(res))
+    a, b = res["workloads"]
+    assert a["workbench_ms"] == pytest.approx(1.0) and a["vendor_ms"] == pytest.approx(0.5)
+    assert a["vendor"] == "numpy/OpenBLAS" and b["vendor"] == "torch oneDNN nchw"
+    assert a["workbench_spread_pct"] == 0.0 and b["vendor_spread_pct"] == 0.0
+
+
+# ---------------------------------------------------------------- the benchmark protocol (_quiet.py)
+
+
+def _fake_load(cores, processes=()):
+    def machine_load(seconds, exclude=None, top=3):
+        return {"other_cores": cores, "processes": list(processes), "seconds": seconds}
+
+    return machine_load
+
+
+@pytest.fixture
+def hogs():
+    """Two busy processes beside the test: children of the test, not TVM popen workers, so others' load."""
+    ps = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    time.sleep(0.3)
+    try:
+        yield ps
+    finally:
+        for p in ps:
+            p.kill()
+            p.wait()
+
+
+def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, capsys):
+    with pytest.raises(SystemExit) as e:
+        _quiet.require_quiet("tuning resnet18.conv2", force=False, seconds=0.5)
+    assert e.value.code == 3
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("benchmark refused: the machine is not quiet before tuning resnet18.conv2: other processes "
+                          "use ")
+    assert "--force" in err and any(f"pid {p.pid} " in err for p in hogs)
+    cores = float(re.search(r"use ([0-9.]+) cores", err).group(1))
+    assert cores > _quiet.noise.NoisePolicy().max_other_cores
+
+    r = _quiet.require_quiet("tuning resnet18.conv2", force=True, seconds=0.5)
+    assert r["quiet"] is False and r["phase"] == "tuning resnet18.conv2"
+    assert r["other_cores"] > 0.25 and {"processes", "time"} <= set(r)
+
+    p = _quiet.Protocol("test", 2, force=True, seconds=0.5)
+    assert p.phase("start")["quiet"] is False
+    s = p.summary()
+    assert s["valid"] is False and s["forced"] is True and s["checks"][0]["phase"] == "start"
+    assert "**INVALID**" in p.markdown()
+
+
+def test_protocol_is_valid_on_a_quiet_machine_and_records_run_facts(monkeypatch):
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.01))
+    probes = iter([1.0, 1.1])
+    monkeypatch.setattr(_quiet, "probe_reading", lambda threads: {"median_ms": next(probes), "spread": 0.02,
+                                                                  "wait_fraction": 0.0, "threads": threads})
+    p = _quiet.Protocol("test", 2, force=False, seconds=0.1)
+    p.start()
+    p.phase("tuning x")
+    p.finish()
+    s = p.summary()
+    assert s["valid"] is True and [c["phase"] for c in s["checks"]] == ["start", "tuning x"]
+    assert s["probe"]["before"]["median_ms"] == 1.0 and s["probe"]["drift"] == pytest.approx(0.1)
+    assert s["threads"] == 2 and s["command"] == " ".join(sys.argv) and s["wall_s"] >= 0
+    assert re.fullmatch("[0-9a-f]{40}", s["git"]["commit"]) and isinstance(s["git"]["dirty"], bool)
+    json.dumps(s)
+    md = p.markdown()
+    assert "quiet checks passed: 2/2" in md and "INVALID" not in md and "drift +10.0%" in md
+    assert "not recorded" in _quiet.summary_markdown(None)  # a page from before the protocol says so
+
+
+def test_protocol_stops_between_phases_after_a_bounded_wait(monkeypatch, capsys):
+    loads = itertools.chain([0.0], itertools.repeat(1.5))
+    monkeypatch.setattr(_quiet.noise, "machine_load",
+                        lambda seconds, exclude=None, top=3: {"other_cores": next(loads), "seconds": seconds,
+                                                              "processes": [{"pid": 7, "name": "hog", "cores": 1.5}]})
+    p = _quiet.Protocol("test", 2, force=False, seconds=0.01, wait_s=0.05)
+    p.phase("start")
+    with pytest.raises(SystemExit) as e:
+        p.phase("timing numpy")
+    assert e.value.code == 3
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err]
+    assert err.startswith("benchmark stopped: the machine is not quiet before timing numpy")
+    assert "hog pid 7 1.50 cores" in err
+
+
+def test_quiesce_returns_once_quiet_and_gives_up_when_bounded(monkeypatch):
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
+    r = _quiet.quiesce(seconds=1.0)
+    assert r["quiet"] is True
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(2.0))
+    t = time.monotonic()
+    r = _quiet.quiesce(seconds=1.0, max_s=0.2)
+    assert r["quiet"] is False and r["other_cores"] == 2.0 and time.monotonic() - t < 2
+
+
+def test_check_peak_flags_a_peak_below_an_achieved_figure():
+    assert _quiet.check_peak(200.0, 109.4) is None
+    assert _quiet.check_peak(200.0, None) is None
+    msg = _quiet.check_peak(100.0, 109.4, "GMM.2 workbench")
+    assert "100.0 GFLOPS" in msg and "109.4" in msg and "GMM.2 workbench" in msg and "bug" in msg
+
+
+def test_thread_env_sizes_every_pool():
+    env = _quiet.thread_env(3, base={"PATH": "/bin"})
+    assert env["TVM_NUM_THREADS"] == env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "3"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == os.path.dirname(BENCH) and env["PATH"] == "/bin"
+
+
+def test_probe_reading_times_the_probe_in_a_fresh_process_with_the_threads_asked():
+    r = _quiet.probe_reading(1)
+    assert r["median_ms"] > 0 and r["threads"] == 1 and r["spread"] >= 0 and 0 <= r["wait_fraction"]
+    assert r["env"] == {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    assert len(r["samples_ms"]) == 10
+
+
+def test_timing_meter_loads_without_the_workbench_package():
+    with _protocol.timing_meter(1) as m:
+        sum(range(10000))
+    assert {"wall_s", "wait_fraction", "other_cores"} <= set(m.result)
+
+
+# ---------------------------------------------------------------- performance.py under the protocol
+
+
+class _FakeProtocol:
+    def __init__(self, events):
+        self.events = events
+
+    def phase(self, name):
+        self.events.append(("phase", name))
+        return {"quiet": True}
+
+    def probe(self, when):
+        self.events.append(("probe", when))
+
+
+def test_performance_times_each_library_alone_one_process_after_another(monkeypatch, tmp_path):
+    import performance
+
+    events = []
+
+    class FakeWorker:
+        def __init__(self, argv, env=None, cwd=None):
+            self.lib = "torch" if "_vendor_torch" in argv[1] else "tvm"
+            assert env["TVM_NUM_THREADS"] == env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "2"
+            assert argv[-1] == "2"
+            events.append(("start", self.lib))
+
+        def call(self, cmd, **kw):
+            events.append((cmd,))
+            if cmd == "setup":
+                self.keys = [k["key"] for k in kw["kernels"]] + ["numpy:" + n for n in kw["numpy"]]
+                return {k: {"verified": True} for k in self.keys}
+            assert kw["repeats"] == 3
+            return {k: {"samples": [3e-3, 1e-3, 2e-3], "wait_fraction": 0.0, "other_cores": 0.0} for k in self.keys}
+
+        def close(self):
+            events.append(("close",))
+
+    monkeypatch.setattr(performance._protocol, "Worker", FakeWorker)
+    monkeypatch.setattr(performance._quiet, "quiesce", lambda *a, **k: events.append(("quiesce",)))
+    runs = {"4": {"GMM.2": {"workbench": {"best_trace": "t1"}, "ms-fastbuild": {"best_trace": "t2"}},
+                  "resnet18.conv5": {"workbench": {"best_trace": "t3"}, "ms-fastbuild": {"best_trace": None}}}}
+    result = {"runs": runs, "names": ["GMM.2", "resnet18.conv5"], "remeasure": {}, "vendor": {}}
+    performance.remeasure(result, str(tmp_path), {"num-cores": 2}, 2, 3, str(tmp_path / "no-torch"),
+                          _FakeProtocol(events))
+    one = [("quiesce",), None, ("start", "tvm"), ("setup",), ("time",), ("close",)]
+    libs = ["workbench", "ms-fastbuild", "numpy/OpenBLAS"]
+    expected = [("probe", "before timing")]
+    for lib in libs:
+        expected += [("phase", f"timing {lib}") if e is None else e for e in one]
+    assert events == expected + [("probe", "after timing")]
+    wb = result["remeasure"]["4"]["GMM.2"]["workbench"]
+    assert wb["median"] == 2e-3 and wb["spread_pct"] == pytest.approx(100.0) and wb["wait_fraction"] == 0.0
+    assert set(result["remeasure"]["4"]["resnet18.conv5"]) == {"workbench"}
+    assert result["vendor"]["GMM.2"]["library"] == "numpy/OpenBLAS" and "skipped" in result["torch"]
+
+
+def test_performance_does_not_publish_a_peak_below_an_achieved_figure(monkeypatch, tmp_path):
+    import performance
+
+    res = _result()
+    res["problems"] = []
+    res["peak"]["fma_gflops_all"] = 3000.0  # the vendor reaches 4000 GFLOPS on A
+    events = []
+    monkeypatch.setattr(performance._quiet, "quiesce", lambda *a, **k: None)
+    monkeypatch.setattr(performance, "run_peak", lambda out, threads: dict(res["peak"], fma_gflops_all=3500.0))
+    performance.verify_peak(res, str(tmp_path), 2, _FakeProtocol(events))
+    assert events == [("phase", "the peak microbenchmark, again")]
+    assert res["peak"]["below_achieved"] and res["peak"]["fma_gflops_all"] == 3500.0
+    assert len(res["problems"]) == 1 and "A numpy/OpenBLAS" in res["problems"][0]
+    d = _report.derive(res)
+    assert all(r["wb_peak_frac"] is None for r in d["rows"])
+    md = _report.markdown(res, d, plot_name="plot.html")
+    assert "## Problems" in md and "3500.0 GFLOPS" not in md.split("## Machine peak")[1] and "## Roofline" not in md
+
+    res = _result()
+    res["problems"] = []
+    res["peak"]["fma_gflops_all"] = 3000.0
+    monkeypatch.setattr(performance, "run_peak", lambda out, threads: dict(res["peak"], fma_gflops_all=5000.0))
+    performance.verify_peak(res, str(tmp_path), 2, _FakeProtocol([]))
+    assert res["problems"] == [] and not res["peak"].get("below_achieved") and res["peak"]["fma_gflops_all"] == 5000.0
+
+
+def test_remeasure_worker_times_numpy_alone_with_medians_and_readings():
+    from workbench import tvm_env
+
+    w = _protocol.Worker([sys.executable, os.path.join(BENCH, "_remeasure.py"), "1"], env=_quiet.thread_env(1))
+    try:
+        info = w.call("setup", kernels=[], numpy=["GMM.2"], target=tvm_env.host_target_dict(1))
+        assert info["numpy:GMM.2"]["verified"]
+        out = w.call("time", repeats=3, min_repeat_ms=5)
+    finally:
+        w.close()
+    r = out["numpy:GMM.2"]
+    assert len(r["samples"]) == 3 and min(r["samples"]) > 0 and {"wait_fraction", "other_cores"} <= set(r)

@@ -1,0 +1,310 @@
+"""The benchmark protocol: every script in ``benchmarks/`` (``performance.py``, ``al_ansor.py``,
+``transfer_tuning.py``, ``measure_throughput.py``) follows it, through this module.
+
+Why: figures taken while other jobs used the CPU were wrong by up to 2-3x, and timing processes that ran
+while the previous one's thread pool (TVM's runtime pool, torch's OpenMP) was still spinning were skewed too.
+The protocol:
+
+1. **A quiet machine before every phase.** ``Protocol.phase(name)`` measures the CPU used by other processes
+   (``workbench.noise.machine_load``: everything but this process and its TVM popen workers) before the start
+   and before each tuning run, session or timing phase. Above ``NoisePolicy().max_other_cores`` the script
+   refuses to start, or (between phases, after a bounded wait) stops, with one line on stderr naming the
+   busiest processes, and exits with status 3. ``--force`` carries on and records the result as invalid
+   (``"valid": false`` in the JSON, **INVALID** at the top of the page).
+2. **One library at a time.** Each library's kernels are timed alone in their own process, the processes one
+   after the other; ``quiesce()`` between two of them waits until the previous one's thread pools have
+   stopped spinning. Every process that times kernels gets ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS`` and
+   ``OPENBLAS_NUM_THREADS`` = the script's ``--threads`` (default: every available core; TVM's own default
+   is half the logical CPUs) through ``thread_env()``.
+3. **Medians with their spread, between two probe readings.** Every figure is a median over repeats with its
+   spread ((max - min) / median); the calibration probe (``workbench.noise.probe_module``, a fixed 256^3
+   matmul) is timed in a fresh process before and after the run (``Protocol.probe``), so a reader sees
+   whether the machine changed meanwhile.
+4. **A peak is an upper bound.** ``check_peak``: a peak microbenchmark below a figure a kernel achieved is a
+   bug in the microbenchmark, reported as a problem, never published as the peak.
+
+A script creates one ``Protocol(name, threads, force)``, calls ``start()`` (the "start" check and the probe
+before), ``phase(...)`` before each phase, ``finish()`` (the probe after), and puts ``summary()`` into its
+JSON and ``markdown()`` at the top of its page. Standard library and workbench only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from workbench import noise  # noqa: E402  (imports no TVM)
+
+EXIT_NOT_QUIET = 3
+THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def thread_env(threads: int, base: dict | None = None) -> dict:
+    """An environment for a process that times kernels: every thread pool sized to ``threads``, the repository
+    on ``PYTHONPATH``."""
+    env = dict(os.environ if base is None else base)
+    for k in THREAD_VARS:
+        env[k] = str(int(threads))
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def set_thread_env(threads: int) -> None:
+    """Size the thread pools of this process's future children (in-process sessions' workers inherit it)."""
+    for k in THREAD_VARS:
+        os.environ[k] = str(int(threads))
+
+
+def _threshold(threshold) -> float:
+    return noise.NoisePolicy().max_other_cores if threshold is None else float(threshold)
+
+
+def _who(processes) -> str:
+    if not processes:
+        return "no single process stood out"
+    return ", ".join(f"{p['name']} pid {p['pid']} {p['cores']:.2f} cores" for p in processes)
+
+
+def require_quiet(phase: str, force: bool, threshold=None, seconds: float = 2.0, wait_s: float = 0.0,
+                  started: bool = False) -> dict:
+    """Check that other processes leave the machine quiet before ``phase``.
+
+    Measures ``noise.machine_load(seconds)``; while it is above ``threshold`` (cores; default
+    ``NoisePolicy().max_other_cores``) it measures again for up to ``wait_s`` seconds. Still busy: prints one
+    line to stderr and exits with status 3, unless ``force``: then the reading comes back with
+    ``"quiet": False`` and the caller must mark its results invalid. ``started``: a check between phases (the
+    line says "stopped" rather than "refused").
+
+    Returns ``{"phase", "quiet", "other_cores", "processes", "time"}`` (+ ``"waited_s"``).
+    """
+    thr = _threshold(threshold)
+    t0 = time.monotonic()
+    while True:
+        load = noise.machine_load(seconds)
+        quiet = load["other_cores"] <= thr
+        if quiet or time.monotonic() - t0 >= wait_s:
+            break
+    reading = {"phase": phase, "quiet": quiet, "other_cores": load["other_cores"], "processes": load["processes"],
+               "time": time.strftime("%Y-%m-%d %H:%M:%S"), "waited_s": round(time.monotonic() - t0, 1)}
+    if quiet:
+        return reading
+    line = (f"the machine is not quiet before {phase}: other processes use {load['other_cores']:.2f} cores "
+            f"({_who(load['processes'])})")
+    if force:
+        print(f"benchmark forced: {line}; the result is marked invalid", file=sys.stderr, flush=True)
+        return reading
+    print(f"benchmark {'stopped' if started else 'refused'}: {line}; stop them or pass --force "
+          "(the result is then marked invalid)", file=sys.stderr, flush=True)
+    sys.exit(EXIT_NOT_QUIET)
+
+
+def quiesce(seconds: float = 1.0, threshold=None, max_s: float = 5.0) -> dict:
+    """Wait until the previous timing process's thread pools have stopped spinning: until other processes stay
+    under ``threshold`` for ``seconds`` (readings over 0.5 s), at most ``max_s``. Call it between two timing
+    processes. Never exits: the next ``Protocol.phase`` decides. Returns ``{"quiet", "waited_s", "other_cores"}``."""
+    thr = _threshold(threshold)
+    t0 = time.monotonic()
+    quiet_for = 0.0
+    while True:
+        load = noise.machine_load(0.5)
+        quiet_for = quiet_for + load["seconds"] if load["other_cores"] <= thr else 0.0
+        waited = time.monotonic() - t0
+        if quiet_for >= seconds or waited >= max_s:
+            return {"quiet": quiet_for >= seconds, "waited_s": round(waited, 2), "other_cores": load["other_cores"]}
+
+
+# ---------------------------------------------------------------- the calibration probe, in a fresh process
+
+def _probe_here(threads: int) -> dict:
+    """Time the calibration probe in this process (which must have ``TVM_NUM_THREADS`` = ``threads``)."""
+    import numpy as np
+    import tvm
+
+    from workbench import tvm_env
+
+    tvm_env.setup()
+    tvm.get_global_func("runtime.config_threadpool")(1, int(threads))
+    rt = tvm.tirx.build(noise.probe_module(), target=tvm.target.Target(tvm_env.host_target_dict(threads)))
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.uniform(-1, 1, size=s).astype("float32"), dev) for s in noise.PROBE_SHAPES]
+    name = getattr(rt, "entry_name", None) or "main"
+    rt[name](*args)  # warm-up: the thread pool starts
+    f = rt.time_evaluator(name, dev, number=1, repeat=10, min_repeat_ms=30)
+    with noise.TimingMeter(threads) as meter:
+        ms = [float(x) * 1e3 for x in f(*args).results]
+    return {"median_ms": round(statistics.median(ms), 5), "spread": round(noise.spread(ms), 4),
+            "wait_fraction": meter.result["wait_fraction"], "other_cores": meter.result["other_cores"],
+            "threads": int(threads), "env": {k: os.environ.get(k) for k in THREAD_VARS},
+            "samples_ms": [round(x, 5) for x in ms]}
+
+
+def probe_reading(threads: int, timeout: float = 300.0) -> dict:
+    """The calibration probe timed in a fresh process with ``threads`` threads: 10 repeats of >= 30 ms.
+
+    Returns ``{"median_ms", "spread", "wait_fraction", "threads"}`` (+ ``other_cores``, ``samples_ms`` and
+    ``env``: the thread variables the probe process saw).
+    Raises ``RuntimeError`` when the probe process fails.
+    """
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", str(int(threads))],
+                       capture_output=True, text=True, cwd=ROOT, env=thread_env(threads), timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"calibration probe failed (rc {p.returncode}): {p.stderr.strip()[-1000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def check_peak(peak_gflops, best_gflops, what: str | None = None) -> str | None:
+    """A one-line problem when the measured peak is below the best figure a kernel achieved, else None."""
+    if peak_gflops is None or best_gflops is None or peak_gflops >= best_gflops:
+        return None
+    by = f" ({what})" if what else ""
+    return (f"the peak microbenchmark measured {peak_gflops:.1f} GFLOPS, below the {best_gflops:.1f} GFLOPS a kernel "
+            f"achieved{by}: a peak below an achieved figure is a bug, not a result")
+
+
+# ---------------------------------------------------------------- one benchmark run
+
+def git_state() -> dict:
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain")
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None, "changed": []}
+    if head.returncode != 0:
+        return {"commit": None, "dirty": None, "changed": []}
+    changed = [ln[3:] for ln in status.stdout.splitlines() if ln.strip()]
+    return {"commit": head.stdout.strip(), "dirty": bool(changed), "changed": changed[:50]}
+
+
+class Protocol:
+    """One benchmark run under the protocol: its quiet checks, probe readings, commit and wall time.
+
+    ``wait_s``: how long a check between phases waits for the machine to become quiet before it stops the
+    run (the start check refuses at once). ``threshold``/``seconds``: see ``require_quiet``.
+    """
+
+    def __init__(self, name: str, threads: int, force: bool = False, threshold=None, seconds: float = 2.0,
+                 wait_s: float = 30.0):
+        self.name = name
+        self.threads = int(threads)
+        self.force = bool(force)
+        self.threshold = _threshold(threshold)
+        self.seconds = seconds
+        self.wait_s = wait_s
+        self.checks: list = []
+        self.probes: dict = {}
+        self.started = time.strftime("%Y-%m-%d %H:%M:%S")
+        self._t0 = time.monotonic()
+        self.git = git_state()
+        self.command = " ".join(sys.argv)
+
+    def phase(self, name: str) -> dict:
+        """The quiet check before a phase (exits with status 3 when busy, unless forced); recorded."""
+        first = not self.checks
+        r = require_quiet(name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s,
+                          started=not first)
+        self.checks.append(r)
+        return r
+
+    def probe(self, when: str) -> dict:
+        """The calibration probe in a fresh process, recorded under ``when`` ("before", "after", ...)."""
+        try:
+            r = probe_reading(self.threads)
+        except (RuntimeError, subprocess.SubprocessError) as e:
+            r = {"error": str(e), "threads": self.threads}
+        r["time"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        self.probes[when] = r
+        return r
+
+    def start(self) -> None:
+        self.phase("start")
+        self.probe("before")
+
+    def finish(self) -> None:
+        self.probe("after")
+
+    @property
+    def valid(self) -> bool:
+        return all(c["quiet"] for c in self.checks)
+
+    def summary(self) -> dict:
+        probe = dict(self.probes)
+        b, a = (self.probes.get(k, {}).get("median_ms") for k in ("before", "after"))
+        probe.setdefault("before", None)
+        probe.setdefault("after", None)
+        probe["drift"] = round(a / b - 1, 4) if a and b else None
+        return {"name": self.name, "valid": self.valid, "forced": self.force, "threshold_cores": self.threshold,
+                "checks": list(self.checks), "probe": probe, "threads": self.threads,
+                "thread_env": list(THREAD_VARS), "git": self.git, "command": self.command,
+                "started": self.started, "wall_s": round(time.monotonic() - self._t0, 1)}
+
+    def markdown(self) -> str:
+        return summary_markdown(self.summary())
+
+
+def _probe_txt(r) -> str:
+    if not r:
+        return "not taken"
+    if "error" in r:
+        return f"failed ({r['error'].splitlines()[0][:120]})"
+    s = "" if r.get("spread") is None else f", spread {100 * r['spread']:.0f}%"
+    return f"{r['median_ms']:.3f} ms{s}, threads waited {100 * r.get('wait_fraction', 0):.1f}%"
+
+
+def summary_markdown(s: dict | None) -> str:
+    """The protocol block for the top of a results page, from ``Protocol.summary()`` (as stored in the JSON)."""
+    if not s:
+        return ("> **Benchmark protocol: not recorded.** These figures predate `benchmarks/_quiet.py` (no quiet "
+                "checks, no probe readings); treat them with caution.\n")
+    g = s.get("git") or {}
+    commit = (g.get("commit") or "unknown")[:12] + (" + uncommitted changes" if g.get("dirty") else "")
+    checks = s.get("checks") or []
+    failed = [c for c in checks if not c["quiet"]]
+    pol = noise.NoisePolicy()
+    if s.get("valid"):
+        verdict = (f"quiet checks passed: {len(checks)}/{len(checks)} (other processes at most "
+                   f"{s.get('threshold_cores', pol.max_other_cores):.2f} cores before every phase)")
+    else:
+        worst = max(failed, key=lambda c: c["other_cores"]) if failed else None
+        verdict = (f"**INVALID**: {len(failed)} of {len(checks)} quiet checks failed and the run was forced "
+                   f"(`--force`)" + (f"; worst before {worst['phase']}: other processes used "
+                                     f"{worst['other_cores']:.2f} cores ({_who(worst['processes'])})" if worst else ""))
+    p = s.get("probe") or {}
+    drift = p.get("drift")
+    drift_txt = "" if drift is None else f", drift {100 * drift:+.1f}%"
+    if drift is not None and abs(drift) > pol.max_probe_drift:
+        drift_txt += " (**the machine changed during the run**)"
+    L = ["> **Benchmark protocol** (`benchmarks/_quiet.py`)", ">",
+         f"> - commit `{commit}`; command `{s.get('command')}`; {s.get('threads')} threads "
+         f"(`{'`, `'.join(s.get('thread_env') or THREAD_VARS)}`)",
+         f"> - {verdict}",
+         f"> - calibration probe (256³ matmul, fresh process): before {_probe_txt(p.get('before'))}; after "
+         f"{_probe_txt(p.get('after'))}{drift_txt}",
+         f"> - started {s.get('started')}, wall time {s.get('wall_s', 0) / 60:.1f} min"]
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--probe":
+        print(json.dumps(_probe_here(int(sys.argv[2]))))
+    else:
+        print(__doc__)
