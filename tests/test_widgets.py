@@ -18,6 +18,7 @@ from widgets.costmodel import round_quality
 from widgets.sketch import sampling_lines
 from widgets.stats import decimate, kendall_tau, spearman, topk_recall
 from workbench.events import Event
+from workbench.noise import MeasurementGate
 from workbench.replay import ReplaySession
 from workbench.store import RecordStore
 
@@ -366,11 +367,256 @@ def test_sketch_view_marks_every_open_decision(demo_events):
     assert ": ?" not in sv.body.value and f"seed {sv.seed.value}" in sv.body.value
 
 
+# ---------------------------------------------------------------- measurement noise
+
+
+def noise_ev(sid, kind, t=0.0, **data):
+    return Event(kind, sid, 1e9 + t, 100.0 + t, data)
+
+
+def test_model_and_status_show_measurement_noise(demo_events):
+    dash = fed_dashboard(demo_events)
+    m, c = dash.model, dash.controls
+    sid = demo_events[0].session_id
+    assert "wb-noise" not in c.status.value  # a session that said nothing about noise shows no indicator
+    put = dash.queue.put
+    put(noise_ev(sid, "calibration", 0, probe_ms=1.0, baseline_ms=1.0, drift=0.0, when="start"))
+    put(noise_ev(sid, "calibration", 1, probe_ms=1.02, baseline_ms=1.0, drift=0.02, when="before round"))
+    dash.pump_once()
+    assert (m.noise["probe_ms"], m.noise["baseline_ms"], m.noise["drift"]) == (1.02, 1.0, 0.02)
+    assert "timing: quiet (probe +2 %)" in c.status.value and "#2b8a3e" in c.status.value
+
+    hog = {"pid": 123, "name": "<script>x</script>", "cores": 1.0}
+    put(noise_ev(sid, "measurement_noise", 2, source="timing", state="noisy", trial=31, wait_fraction=0.3,
+                 other_cores=1.0))
+    put(noise_ev(sid, "measurement_noise", 3, source="load", state="waiting", why="trial 31", other_cores=1.02,
+                 processes=[hog], seconds=0.25))
+    dash.pump_once()
+    assert m.noise["waiting"] and m.noise["events"] == 2
+    assert m.noise["line"].startswith("waiting for a quiet machine before trial 31")
+    status = c.status.value
+    assert ("timing: waiting for a quiet machine — &lt;script&gt;x&lt;/script&gt; (pid 123) 1.00 cores"
+            in status), status
+    assert "<script>" not in status and "#e67700" in status
+
+    put(noise_ev(sid, "measurement_noise", 4, source="load", state="quiet", why="trial 31", waited_s=2.0,
+                 other_cores=0.01, processes=[]))
+    dash.pump_once()
+    assert not m.noise["waiting"] and "waiting for a quiet machine" not in c.status.value
+    assert "machine quiet again after 2.0 s" in c.status.value and "timing: quiet" in c.status.value
+
+    put(noise_ev(sid, "measurement_noise", 5, source="load", state="waiting", why="a timing", other_cores=0.9,
+                 processes=[]))
+    put(noise_ev(sid, "measurement_noise", 6, source="load", state="gave-up", why="a timing", waited_s=30.0,
+                 other_cores=0.9, processes=[hog]))
+    dash.pump_once()
+    assert not m.noise["waiting"] and m.noise["marking"]
+    assert "timing: machine busy, timings marked noisy" in c.status.value and "#c92a2a" in c.status.value
+    assert "<script>" not in c.status.value
+    put(noise_ev(sid, "calibration", 7, probe_ms=1.01, baseline_ms=1.0, drift=0.01, when="after round"))
+    dash.pump_once()
+    assert not m.noise["marking"] and "timing: quiet (probe +1 %)" in c.status.value
+
+    # records of a round marked noisy after the fact: the model, the count, the scatter and the table
+    marked = [r["id"] for r in m.records if r["id"] != m.best["id"]][:2]
+    put(noise_ev(sid, "records_marked_noisy", 8, record_ids=marked, reason="probe drift after the round"))
+    dash.pump_once()
+    assert m.n_noisy == 2 and all(m.by_id[i]["noisy"] for i in marked)
+    assert "2 noisy" in c.status.value
+    for rid in marked:
+        rec = m.by_id[rid]
+        i = 4 * m.strategies.index(rec["strategy"])
+        raw = dash.throughput.fig.data[i]
+        j = dash.throughput._ids[i].index(rid)
+        assert raw.marker.symbol[j] == "x" and "NOISY" in raw.text[j] and "probe drift" in raw.text[j]
+        clean = [k for k, other in enumerate(dash.throughput._ids[i]) if other not in marked]
+        assert all(raw.marker.symbol[k] == "circle" for k in clean)
+    dash.table.sort_by.value = "noisy"
+    top = dash.table.frame().head(2)
+    assert set(top["id"]) == set(marked) and top["noisy"].all()
+    assert ">noisy</span>" in dash.table.html.value
+    dash.inspector.show(marked[0])
+    assert "NOISY timing: probe drift after the round" in dash.inspector.header.value
+
+
+def test_best_remeasured_updates_the_record_best_and_steps(demo_events):
+    dash = fed_dashboard(demo_events)
+    m = dash.model
+    sid = demo_events[0].session_id
+    best = m.best
+    s = best["strategy"]
+    n_steps = len(m.best_steps[s])
+    assert n_steps >= 2 and m.best_steps[s][-1] is best
+    # re-timed a little slower: the record, the overall best and the last step change in place
+    g = best["gflops"] / 1.05
+    dash.queue.put(noise_ev(sid, "best_remeasured", 0, record_id=best["id"], strategy=s,
+                            latency_ms=best["latency_ms"] * 1.05, gflops=g, samples=9))
+    dash.pump_once()
+    assert m.by_id[best["id"]]["gflops"] == g and m.best["gflops"] == g and m.best["id"] == best["id"]
+    assert m.best_steps[s][-1]["gflops"] == g and len(m.best_steps[s]) == n_steps
+    i = 4 * m.strategies.index(s)
+    assert dash.throughput.fig.data[i + 1].y[n_steps - 1] == pytest.approx(g)
+    assert f"best {g:.1f} GFLOPS" in dash.controls.status.value
+    # re-timed below the strategy's first step: the steps it no longer beats go, the curve still rises
+    g2 = m.best_steps[s][0]["gflops"] * 0.9
+    dash.queue.put(noise_ev(sid, "best_remeasured", 1, record_id=best["id"], strategy=s,
+                            latency_ms=m.flops / g2 / 1e6, gflops=g2, samples=9))
+    dash.pump_once()
+    steps = [r["gflops"] for r in m.best_steps[s]]
+    assert steps == [g2] and m.best_steps[s][-1]["id"] == best["id"]
+    for strategy, st in m.best_steps.items():
+        gs = [r["gflops"] for r in st]
+        assert gs == sorted(gs) and len(set(gs)) == len(gs), strategy
+    assert list(dash.throughput.fig.data[i + 1].y[:1]) == [pytest.approx(g2)]
+    # a record the model never saw is ignored
+    dash.queue.put(noise_ev(sid, "best_remeasured", 2, record_id=10**9, strategy=s, latency_ms=1.0, gflops=1.0))
+    dash.pump_once()
+    assert m.best["gflops"] == g2
+
+
+def test_pump_holds_redraws_while_kernels_are_timed(comm_log, demo_events):
+    dash = Dashboard.replay(DEMO_DB, autopump=False)
+    dash.attach(ReplaySession(DEMO_DB))
+    gate = dash.session.measurement_gate = MeasurementGate(settle_s=0.0)
+    ticks = dash.ticks
+    n_msgs = len(figure_updates(comm_log, dash.throughput.fig)) + len(figure_updates(comm_log, dash.cost_model.fig))
+    with gate:
+        assert gate.timing_now
+        for ev in demo_events:
+            dash.queue.put(ev)
+        assert dash.pump_once() == 0
+        assert dash.model.n_events == 0 and dash.ticks == ticks and dash.held_ticks == 1
+        assert len(dash.throughput.fig.data) == 0 and dash.table.frame().empty
+        assert (len(figure_updates(comm_log, dash.throughput.fig))
+                + len(figure_updates(comm_log, dash.cost_model.fig))) == n_msgs, "a figure was drawn while timing"
+        assert gate._drawing == 0  # a refused begin_draw leaves nothing to end
+        # a button pressed while timing: the controls answer at once, nothing else is drawn
+        dash.stop()
+        assert "stopping (after the current candidate)" in dash.controls.status.value
+        assert "timing kernels" in dash.controls.status.value
+        assert dash.model.n_events == 0 and len(dash.throughput.fig.data) == 0
+        # the session starts waiting for a quiet machine: the controls say so (it is not timing then)
+        dash.queue.put(noise_ev(demo_events[0].session_id, "measurement_noise", 0, source="load",
+                                state="waiting", why="trial 3", other_cores=1.0,
+                                processes=[{"pid": 7, "name": "<b>hog</b>", "cores": 1.0}]))
+        dash.pump_once()
+        assert "waiting for a quiet machine — &lt;b&gt;hog&lt;/b&gt; (pid 7)" in dash.controls.status.value
+        assert dash.model.n_events == 0 and not dash.model.noise["waiting"]
+    assert dash.pump_once() == len(demo_events) + 1
+    assert dash.model.trials_done == 32 and dash.ticks == ticks + 1
+    assert len(dash.throughput.fig.data) > 0 and len(dash.throughput.fig.data[0].x) > 0
+    assert gate._drawing == 0 and gate._last_draw > 0  # end_draw(drew=True): timing settles after this draw
+    assert dash.pump_once() == 0
+
+
+def test_a_session_paused_inside_its_timing_phase_is_drawn(demo_events):
+    # TuningSession pauses between two candidates of a round, with its measurement gate held: it times
+    # nothing then, and the dashboard must not keep saying "pausing" until Resume.
+    dash = Dashboard.replay(DEMO_DB, autopump=False)
+    dash.attach(ReplaySession(DEMO_DB))
+    gate = dash.session.measurement_gate = MeasurementGate(settle_s=0.0)
+    sid = demo_events[0].session_id
+    for ev in demo_events[:15]:
+        dash.queue.put(ev)
+    dash.pump_once()
+    with gate:
+        for ev in demo_events[15:20]:
+            dash.queue.put(ev)
+        dash.pause()  # the session is asked to pause, but has not reached its pause point yet
+        assert dash.model.n_events == 15 and "pausing" in dash.controls.status.value
+        dash.queue.put(noise_ev(sid, "paused", 0, trials_done=5))
+        assert dash.pump_once() == 6
+        assert dash.model.status == "paused" and ">paused<" in dash.controls.status.value
+        dash.resume()  # resumed: the session times again, the pump holds again
+        dash.queue.put(noise_ev(sid, "resumed", 1, trials_done=5))
+        for ev in demo_events[20:]:
+            dash.queue.put(ev)
+        assert dash.pump_once() == 0 and dash.model.status == "paused"
+    assert dash.pump_once() == len(demo_events) - 20 + 1 and dash.model.status == "finished"
+
+
+def test_a_redraw_in_progress_delays_timing(demo_events):
+    dash = Dashboard.replay(DEMO_DB, autopump=False)
+    dash.attach(ReplaySession(DEMO_DB))
+    gate = dash.session.measurement_gate = MeasurementGate(settle_s=0.2)
+    orig = dash.throughput.refresh
+    seen = {}
+
+    def timing():
+        with gate:
+            seen["timed"] = time.monotonic()
+
+    def slow_refresh(model, changes):
+        seen["thread"] = threading.Thread(target=timing, daemon=True)
+        seen["thread"].start()
+        time.sleep(0.4)
+        seen["during_draw"] = "timed" in seen
+        orig(model, changes)
+        seen["drawn"] = time.monotonic()
+
+    dash.throughput.refresh = slow_refresh
+    for ev in demo_events:
+        dash.queue.put(ev)
+    dash.pump_once()
+    seen["thread"].join(10)
+    assert not seen["during_draw"], "a kernel was timed while the dashboard was drawing"
+    assert seen["timed"] - seen["drawn"] >= 0.2 - 0.02  # and only settle_s after the draw ended
+
+    # a view that fails mid-draw still ends the draw: the session is not kept waiting 10 s
+    def broken(model, changes):
+        raise RuntimeError("boom")
+
+    dash.throughput.refresh = broken
+    dash.queue.put(noise_ev(demo_events[0].session_id, "calibration", 0, probe_ms=1.0, baseline_ms=1.0, drift=0.0,
+                            when="start"))
+    dash.model.mark("records")
+    with pytest.raises(RuntimeError):
+        dash.pump_once()
+    assert gate._drawing == 0
+    t0 = time.monotonic()
+    with gate:
+        pass
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_measurement_gate_waits_for_a_draw_to_end():
+    gate = MeasurementGate(settle_s=0.2)
+    assert gate.begin_draw()
+    entered = threading.Event()
+
+    def timing():
+        with gate:
+            entered.set()
+
+    t = threading.Thread(target=timing, daemon=True)
+    t.start()
+    assert not entered.wait(0.5), "timing began while a draw was in progress"
+    t0 = time.monotonic()
+    gate.end_draw(drew=True)
+    assert entered.wait(5)
+    assert time.monotonic() - t0 >= 0.2 - 0.02  # the browser's settle time after the draw
+    t.join(5)
+    assert not gate.timing_now
+    with gate:
+        assert not gate.begin_draw()  # and no draw begins while timing
+    assert gate.begin_draw()
+    gate.end_draw(drew=False)
+
+
 @pytest.mark.slow
 def test_live_session_through_the_dashboard(tmp_path):
     """The real engine, 8 trials on matmul-128: Start, Pause, Resume, a manual pick, then a post-hoc view."""
     dash = Dashboard.for_workload("matmul-128", trials=8, db=str(tmp_path / "live.db"), strategy="all",
                                   preset_overrides={"trials_per_round": 2})
+    drawn_while_timing = []
+    orig = dash.throughput.refresh
+
+    def spy(model, changes):
+        # a session paused between two candidates holds its gate but times nothing: that may be drawn
+        drawn_while_timing.append(dash.session.measurement_gate.timing_now and model.status != "paused")
+        orig(model, changes)
+
+    dash.throughput.refresh = spy
     try:
         dash.controls.start.click()
         s = dash.session
@@ -389,6 +635,9 @@ def test_live_session_through_the_dashboard(tmp_path):
         m = dash.model
         assert m.status == "finished" and m.trials_done == 8
         assert {r["chosen_by"] for r in m.records} == {"user"}
+        assert drawn_while_timing and not any(drawn_while_timing), "the dashboard drew while kernels were timed"
+        assert dash.held_ticks > 0  # the pump did meet timing phases, and held its redraws
+        assert m.noise["probe_ms"] is not None  # the session's calibration probe reached the model
         assert {r["strategy"] for r in m.records} == {"transform-stage"}
         assert len(dash.throughput.fig.data[4 * m.strategies.index("transform-stage")].x) == 8
         post = Dashboard(s, autopump=False)  # a finished session: everything is read back from its store

@@ -28,10 +28,29 @@ def candidate_text(rec: dict) -> str:
     else:
         body = f"{fmt(rec.get('latency_ms'), '.4f')} ms · {fmt(rec.get('gflops'), '.1f')} GFLOPS"
     pred = f"predicted {fmt(rec.get('predicted_score'), '.3f')}"
+    if rec.get("cv") is not None:
+        pred += f" · cv {fmt(rec['cv'] * 100, '.1f')} %"
+    if rec.get("remeasured_samples"):
+        pred += f" · re-measured ({rec['remeasured_samples']} samples)"
+    if rec.get("noisy"):
+        pred += f"<br>{html.escape(noise_note(rec))}"
     dec = html.escape(str(rec.get("decisions") or ""))
     if len(dec) > 120:
         dec = dec[:117] + "..."
     return f"{head}<br>{body} · {pred}<br>{dec}"
+
+
+def noise_note(rec: dict) -> str:
+    """Why a record counts as noisy, in words (for a hover text); plain text, to be escaped by the caller."""
+    n = rec.get("noise") if isinstance(rec.get("noise"), dict) else {}
+    bits = []
+    if n.get("wait_fraction") is not None:
+        bits.append(f"its threads waited {n['wait_fraction']:.0%} of the time")
+    if n.get("other_cores") is not None:
+        bits.append(f"other processes {n['other_cores']:.2f} cores")
+    if rec.get("noisy_reason"):
+        bits.append(str(rec["noisy_reason"]))
+    return "NOISY timing" + (f": {', '.join(bits)}" if bits else "")
 
 
 def pre(text: str, style: str = "") -> str:

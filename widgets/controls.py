@@ -10,7 +10,7 @@ from workbench.layouts import STRATEGIES
 from workbench.presets import PRESETS
 
 from .common import fmt
-from .model import CONTROLLER, STATUS
+from .model import CONTROLLER, STATUS, noise_line
 
 STRATEGY_SETS = ["auto", "all", *STRATEGIES]
 
@@ -68,7 +68,10 @@ class ControlsView:
         if not self._syncing and self.mode.value == "manual" and change["new"]:
             self.actions.pick(change["new"])
 
-    def refresh(self, model, changes: set, session=None, request: str | None = None) -> None:
+    def refresh(self, model, changes: set, session=None, request: str | None = None, held: bool = False,
+                waiting: dict | None = None) -> None:
+        """Redraw the controls. ``held``: the session is timing kernels and the other views wait (the model lags
+        behind); ``waiting``: the data of a "waiting for a quiet machine" event not folded into the model yet."""
         if not changes & {STATUS, CONTROLLER, "ui"}:
             return
         status = model.status
@@ -90,7 +93,7 @@ class ControlsView:
             eta = model.eta_seconds()
             self.eta.value = (f"<span style='white-space:nowrap'>{model.trials_done}/{total} trials · "
                               f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}</span>")
-            self.status.value = self._status_html(model, status, paused, request, session)
+            self.status.value = self._status_html(model, status, paused, request, session, held, waiting)
             self._syncing = True
             try:
                 if list(self.pick.options) != list(model.strategies):
@@ -107,7 +110,7 @@ class ControlsView:
             self.arms.value = self._arms_html(model, ctrl)
 
     @staticmethod
-    def _status_html(model, status, paused, request, session) -> str:
+    def _status_html(model, status, paused, request, session, held: bool = False, waiting: dict | None = None) -> str:
         colors = {"running": "#2b8a3e", "paused": "#e67700", "finished": "#1864ab", "stopped": "#5c5f66",
                   "failed": "#c92a2a"}
         shown = status
@@ -128,9 +131,53 @@ class ControlsView:
             parts.append(f"{model.naive_latency_ms / best['latency_ms']:.1f}× vs naive")
         if model.runners:
             parts.append(ControlsView._runners_html(model.runners))
+        noise = ControlsView._noise_html(model, waiting)
+        if noise:
+            parts.append(noise)
+        if held and not waiting:
+            parts.append("<span style='color:#5c5f66'>timing kernels: the plots catch up afterwards</span>")
         if model.message:
             parts.append(f"<span style='color:#c92a2a'>{html.escape(model.message)}</span>")
         return " · ".join(parts) + "&nbsp;&nbsp;"
+
+    @staticmethod
+    def _noise_html(model, waiting: dict | None = None) -> str:
+        """The measurement-noise indicator: quiet / waiting for a quiet machine (and who is busy) / marking, the
+        probe's drift, and how many records are noisy. Empty for a session that said nothing about noise.
+        ``waiting`` overrides the model's wait (an event the pump has not folded in yet)."""
+        n = dict(model.noise)
+        if waiting is not None:
+            n.update(waiting=True, waiting_for=waiting, line=noise_line(waiting))
+        n_noisy = model.n_noisy
+        if n["probe_ms"] is None and not n["events"] and not n_noisy and not n["waiting"]:
+            return ""
+        green, amber, red = "#2b8a3e", "#e67700", "#c92a2a"
+        probe = f"probe {n['drift'] * 100:+.0f} %" if n["drift"] is not None else None
+        if n["waiting"]:
+            w = n["waiting_for"] or {}
+            who = ", ".join(f"{p.get('name')} (pid {p.get('pid')}) {fmt(p.get('cores'), '.2f')} cores"
+                            for p in w.get("processes") or [])
+            if not who and w.get("other_cores") is not None:
+                who = f"other processes {fmt(w.get('other_cores'), '.2f')} cores"
+            text, color = "timing: waiting for a quiet machine" + (f" — {who}" if who else ""), amber
+        elif n["marking"]:
+            text, color = "timing: machine busy, timings marked noisy", red
+        elif n["level"] == "disturbed":
+            text, color = "timing: disturbed" + (f" ({probe})" if probe else ""), amber
+        elif n["level"] == "drift":
+            text, color = f"timing: machine slower than at the start ({probe or 'probe'})", amber
+        elif n["source"] == "probe" and n["state"] == "unavailable":
+            text, color = "timing: checked per measurement (no calibration probe)", "#5c5f66"
+        else:
+            text, color = "timing: quiet" + (f" ({probe})" if probe else ""), green
+        out = (f"<span class='wb-noise' style='color:{color}' title='{html.escape(n['line'] or text)}'>"
+               f"{html.escape(text)}</span>")
+        if n_noisy:
+            out += f" · <span class='wb-noisy' style='color:{amber}'>{n_noisy} noisy</span>"
+        if n["line"] and not n["waiting"]:
+            line = n["line"] if len(n["line"]) <= 140 else n["line"][:137] + "..."
+            out += f" <span style='color:#868e96;font-size:11px'>({html.escape(line)})</span>"
+        return out
 
     @staticmethod
     def _runners_html(runners: dict) -> str:

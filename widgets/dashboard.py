@@ -5,7 +5,10 @@ and only puts events into an ``EventQueue``. One pump (a daemon thread, or a
 test calling ``pump_once()``) drains the queue, folds the events into a
 ``SessionModel`` and redraws each view at most once per tick, inside
 ``fig.batch_update()`` / ``hold_sync()``; ticks are at most ``max_hz`` per
-second. Button callbacks (which run on the kernel's shell or comm thread) only
+second. While the session times kernels (``session.measurement_gate``, a
+``workbench.noise.MeasurementGate``) a tick draws nothing and leaves the events
+for later: a browser redrawing a figure takes a core from the kernel being
+timed. Button callbacks (which run on the kernel's shell or comm thread) only
 call thread-safe session methods and ask the pump for a redraw.
 """
 
@@ -31,6 +34,14 @@ from .table import RecordsTable
 from .throughput import ThroughputView
 
 
+def waiting_in(events) -> dict | None:
+    """The data of the latest load event among ``events`` when it says the session waits for a quiet machine."""
+    for ev in reversed(events):
+        if ev.kind == "measurement_noise" and (ev.data or {}).get("source") == "load":
+            return ev.data if ev.data.get("state") == "waiting" else None
+    return None
+
+
 class Dashboard:
     """Live (or replayed) view of a tuning session.
 
@@ -53,6 +64,10 @@ class Dashboard:
         self.queue = EventQueue()
         self.model = SessionModel()
         self.ticks = 0  # redraws done
+        self.held_ticks = 0  # ticks that drew nothing because the session was timing kernels
+        self._pending: list[Event] = []  # events drained during a timing phase, not applied yet
+        self._waiting_shown = None  # the "waiting for a quiet machine" event the controls show while held
+        self._drew = False  # the last pump tick sent something to the browser
         self._lock = threading.RLock()
         self._unsubscribe = None
         self._store = None
@@ -125,6 +140,8 @@ class Dashboard:
             self.session = session
             self.model.reset()
             self.queue.drain()
+            self._pending = []
+            self._waiting_shown = None
             self._store = None
             self._workload = None
             self._request = None
@@ -243,33 +260,78 @@ class Dashboard:
 
     # ------------------------------------------------------------------ the pump
     def pump_once(self) -> int:
-        """Drain the queue, fold events into the model, redraw the views that changed; returns the events applied."""
+        """Drain the queue, fold events into the model, redraw the views that changed; returns the events applied.
+
+        While the session times kernels (its ``measurement_gate`` is held) nothing is drawn and no event is
+        applied: they wait in ``_pending`` for the first tick after the timing phase. Only the controls may be
+        redrawn then, for a button just pressed or to say the session waits for a quiet machine. A session
+        paused in the middle of its timing phase times nothing until resumed: it is drawn in full.
+        """
         with self._lock:
-            events = self.queue.drain()
-            for ev in events:
-                self.model.apply(ev)
-            s = self.session
-            if (s is not None and not self.model.terminal and s.status in TERMINAL
-                    and not self._alive(s)):
-                # a ReplaySession stopped mid-way ends without a terminal event; its status is the truth
-                self.model.status = s.status
-                self.model.mark(STATUS)
-            changes = self.model.take_changes()
-            if self._ui_dirty.is_set():
-                self._ui_dirty.clear()
-                changes.add("ui")
-            if self._request == "pause" and (self.model.status != "running" or not self.session.paused):
-                self._request = None
-            if not changes:
-                return len(events)
-            self.ticks += 1
-            self.throughput.refresh(self.model, changes)
-            self.cost_model.refresh(self.model, changes)
-            self.table.refresh(self.model, changes)
-            self.controls.refresh(self.model, changes, self.session, self._request)
-            if "session" in changes:
-                self.sketches.set_strategies(self.model.strategies)
+            gate = getattr(self.session, "measurement_gate", None)
+            began = gate is not None and gate.begin_draw()
+            if gate is not None and not began:
+                self._pending.extend(self.queue.drain())
+                if not self._paused_while_timing():
+                    self._hold()
+                    return 0
+            self._drew = False
+            try:
+                return self._draw()
+            finally:
+                if began:
+                    gate.end_draw(drew=self._drew)
+
+    def _paused_while_timing(self) -> bool:
+        """The session is blocked in a pause (its "paused" event is the latest of paused/resumed), so not timing."""
+        if not getattr(self.session, "paused", False):
+            return False
+        for ev in reversed(self._pending):
+            if ev.kind in ("paused", "resumed"):
+                return ev.kind == "paused"
+        return self.model.status == "paused"
+
+    def _draw(self) -> int:
+        events = self._pending + self.queue.drain()
+        self._pending = []
+        self._waiting_shown = None
+        for ev in events:
+            self.model.apply(ev)
+        s = self.session
+        if (s is not None and not self.model.terminal and s.status in TERMINAL
+                and not self._alive(s)):
+            # a ReplaySession stopped mid-way ends without a terminal event; its status is the truth
+            self.model.status = s.status
+            self.model.mark(STATUS)
+        changes = self.model.take_changes()
+        if self._ui_dirty.is_set():
+            self._ui_dirty.clear()
+            changes.add("ui")
+        if self._request == "pause" and (self.model.status != "running" or not self.session.paused):
+            self._request = None
+        if not changes:
             return len(events)
+        self._drew = True
+        self.ticks += 1
+        self.throughput.refresh(self.model, changes)
+        self.cost_model.refresh(self.model, changes)
+        self.table.refresh(self.model, changes)
+        self.controls.refresh(self.model, changes, self.session, self._request)
+        if "session" in changes:
+            self.sketches.set_strategies(self.model.strategies)
+        return len(events)
+
+    def _hold(self) -> None:
+        """A tick during a timing phase: keep the events for later; redraw the controls alone only for a button
+        pressed (so it answers at once) or for a new wait for a quiet machine (the session is not timing then,
+        and the person watching should see who keeps the machine busy)."""
+        self.held_ticks += 1
+        waiting = waiting_in(self._pending)
+        new_wait = waiting is not None and waiting is not self._waiting_shown
+        if self._ui_dirty.is_set() or new_wait:
+            self._ui_dirty.clear()
+            self._waiting_shown = waiting
+            self.controls.refresh(self.model, {"ui"}, self.session, self._request, held=True, waiting=waiting)
 
     def _start_pump(self) -> None:
         if self._pump_thread is not None and self._pump_thread.is_alive():

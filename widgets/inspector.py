@@ -12,7 +12,7 @@ import ipywidgets as W
 from workbench import space
 from workbench.workloads import workload_from_spec
 
-from .common import fmt, pre
+from .common import fmt, noise_note, pre
 
 
 def diff_html(old: str, new: str, old_name: str, new_name: str) -> str:
@@ -83,11 +83,16 @@ class CandidateInspector:
             self.record_id = record_id
             p = self._program(record_id)
             rec = p["record"]
+            # the model's copy is current: a re-measured best's latency, a record marked noisy after its round
+            live = {**rec, **{k: v for k, v in (self.model.by_id.get(record_id) or {}).items()
+                              if k in ("latency_ms", "gflops", "noisy", "noisy_reason", "cv")}}
             best = self.model.best
             with self.widget.hold_sync():
                 status = (f"<b style='color:#c00'>{html.escape(str(rec['error_class']))}</b>" if rec["error_class"]
-                          else f"{fmt(rec['latency_ms'], '.4f')} ms · {fmt(rec['gflops'], '.1f')} GFLOPS"
+                          else f"{fmt(live['latency_ms'], '.4f')} ms · {fmt(live['gflops'], '.1f')} GFLOPS"
                                + (" · verified" if rec["verified"] else ""))
+                if live.get("noisy"):
+                    status += f" · <span style='color:#e67700'>{html.escape(noise_note(live))}</span>"
                 self.header.value = (f"<b>trial {rec['trial']}</b> (record {rec['id']}) · round {rec['round']} · "
                                      f"{html.escape(rec['strategy'])} chosen by {html.escape(rec['chosen_by'])} · "
                                      f"{status} · predicted {fmt(rec['predicted_score'], '.3f')}")

@@ -8,10 +8,22 @@ changed since the last redraw.
 
 from __future__ import annotations
 
+from workbench.noise import NoisePolicy, describe
+
+DRIFT_LIMIT = NoisePolicy.max_probe_drift  # a probe slower than baseline x (1 + this) means a changed machine
+
 TERMINAL = ("stopped", "finished", "failed")
 
 # Aspects a view can depend on.
 SESSION, RECORDS, STATUS, CONTROLLER = "session", "records", "status", "controller"
+
+
+def noise_line(data: dict) -> str:
+    """``workbench.noise.describe`` of a measurement_noise event, or what is known when its fields are not all there."""
+    try:
+        return describe(data)
+    except (KeyError, TypeError, ValueError):  # an event from another version of the engine
+        return f"{data.get('source')}: {data.get('state')}"
 
 
 class SessionModel:
@@ -45,8 +57,25 @@ class SessionModel:
         self.first_measured = None  # (elapsed, trials_done) at the first measurement
         self.n_events = 0
         self.runners: dict[str, dict] = {}  # RPC measurement servers: the latest health of each
+        self.noise = self._quiet_noise()  # what the session said about measurement noise (see _noise_event)
         self._seen_ids: set = set()
         self._changes: set = {SESSION, RECORDS, STATUS, CONTROLLER}
+
+    @staticmethod
+    def _quiet_noise() -> dict:
+        return {
+            "probe_ms": None, "baseline_ms": None, "drift": None, "when": None,  # the latest calibration
+            "events": 0,       # measurement_noise events so far
+            "line": "",        # the latest of them, in words (workbench.noise.describe)
+            "source": None, "state": None,  # ... and its source and state
+            "waiting": False,  # the session waits for a quiet machine (state "waiting" until "quiet"/"gave-up")
+            "waiting_for": None,  # that wait's event data (other_cores, processes, why)
+            "marking": False,  # a wait gave up: timings are marked noisy, not waited for, until the machine is quiet
+            "remeasured": 0,   # best_remeasured events so far
+            # what the latest signal said: "quiet", "disturbed" (a timing was noisy), "drift" (the probe is slower
+            # than the session's baseline), or None before any
+            "level": None,
+        }
 
     def take_changes(self) -> set:
         out, self._changes = self._changes, set()
@@ -121,6 +150,8 @@ class SessionModel:
             if d.get("server"):
                 self.runners[d["server"]] = dict(d)
                 self.mark(STATUS)
+        elif k in ("calibration", "measurement_noise", "records_marked_noisy", "best_remeasured"):
+            self._noise_event(k, d)
         elif k in ("paused", "resumed"):
             self.status = "paused" if k == "paused" else "running"
             self.mark(STATUS)
@@ -130,6 +161,62 @@ class SessionModel:
             if d.get("trials_done") is not None:
                 self.trials_done = max(self.trials_done, d["trials_done"])
             self.mark(STATUS)
+
+    def _noise_event(self, k: str, d: dict) -> None:
+        n = self.noise
+        if k == "calibration":
+            n.update(probe_ms=d.get("probe_ms"), baseline_ms=d.get("baseline_ms"), drift=d.get("drift"),
+                     when=d.get("when"))
+            drift = d.get("drift")
+            if d.get("when") == "rebaselined" or (drift is not None and drift <= DRIFT_LIMIT):
+                n["marking"] = False  # as the session does: a probe within bounds ends marking-only
+                n["level"] = "quiet"
+            elif drift is not None:
+                n["level"] = "drift"
+            self.mark(STATUS)
+        elif k == "measurement_noise":
+            n["events"] += 1
+            n["source"], n["state"] = d.get("source"), d.get("state")
+            n["line"] = noise_line(d)
+            n["level"] = {"noisy": "disturbed", "marked": "disturbed", "drift": "drift", "quiet": "quiet",
+                          "remeasured": "quiet"}.get(d.get("state"), n["level"])
+            if d.get("source") == "load":
+                if d.get("state") == "waiting":
+                    n["waiting"], n["waiting_for"] = True, dict(d)
+                elif d.get("state") in ("quiet", "gave-up"):
+                    n["waiting"], n["waiting_for"] = False, None
+                    n["marking"] = d.get("state") == "gave-up"
+            self.mark(STATUS)
+        elif k == "records_marked_noisy":
+            for rid in d.get("record_ids") or []:
+                rec = self.by_id.get(rid)
+                if rec is not None:
+                    rec["noisy"] = True
+                    rec.setdefault("noisy_reason", d.get("reason"))
+            self.mark(RECORDS, STATUS)
+        elif k == "best_remeasured":
+            n["remeasured"] += 1
+            rec = self.by_id.get(d.get("record_id"))
+            if rec is not None and d.get("latency_ms") is not None:
+                # best, best_by_strategy and best_steps hold this same dict: the step is updated in place
+                rec["latency_ms"], rec["gflops"] = d["latency_ms"], d.get("gflops")
+                rec["remeasured_samples"] = d.get("samples")
+                self._keep_steps_increasing(rec["strategy"])
+            self.mark(RECORDS, STATUS)
+
+    def _keep_steps_increasing(self, strategy: str) -> None:
+        """A re-measured best may come out slower than an earlier step of its strategy: drop the earlier steps it
+        no longer beats, so the best-so-far curve stays strictly increasing and ends at the strategy's best."""
+        steps = self.best_steps.get(strategy)
+        if not steps:
+            return
+        kept, floor = [], float("inf")
+        for r in reversed(steps):
+            g = r.get("gflops")
+            if g is not None and g < floor:
+                kept.append(r)
+                floor = g
+        self.best_steps[strategy] = kept[::-1]
 
     def _measured(self, rec: dict, strategy_best: bool, new_best: bool) -> None:
         rec = dict(rec)
@@ -156,6 +243,11 @@ class SessionModel:
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def n_noisy(self) -> int:
+        """Measured records marked noisy (at measurement, or afterwards by records_marked_noisy)."""
+        return sum(1 for r in self.records if r.get("noisy"))
 
     def eta_seconds(self) -> float | None:
         """Remaining time at the measured pace since the first measurement (setup excluded)."""

@@ -10,10 +10,11 @@ import pandas as pd
 
 from .model import RECORDS
 
-COLUMNS = ["trial", "round", "strategy", "chosen_by", "latency_ms", "gflops", "predicted_score", "error_class",
-           "verified", "is_best", "id"]
+COLUMNS = ["trial", "round", "strategy", "chosen_by", "latency_ms", "gflops", "predicted_score", "cv", "noisy",
+           "error_class", "verified", "is_best", "id"]
 SORT_KEYS = {"trial": "trial", "GFLOPS": "gflops", "latency": "latency_ms", "predicted score": "predicted_score",
-             "strategy": "strategy", "error class": "error_class", "chosen by": "chosen_by"}
+             "strategy": "strategy", "error class": "error_class", "chosen by": "chosen_by", "cv": "cv",
+             "noisy": "noisy"}
 
 STYLE = ("<style>.wb-table{border-collapse:collapse;font-size:12px}"
          ".wb-table th,.wb-table td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}"
@@ -51,6 +52,10 @@ class RecordsTable:
         shown = df.copy()
         for col, spec in (("latency_ms", "{:.4f}"), ("gflops", "{:.2f}"), ("predicted_score", "{:.3f}")):
             shown[col] = shown[col].map(lambda v, s=spec: "" if pd.isna(v) else s.format(v))
+        # cv: spread of the timing repeats; noisy: the timing was disturbed (or its round's probe drifted)
+        shown["cv"] = shown["cv"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
+        shown["noisy"] = shown["noisy"].map(lambda v: "" if v is None or pd.isna(v) or not v else
+                                            "<span style='color:#e67700'>noisy</span>")
         shown["error_class"] = shown["error_class"].map(lambda v: "" if pd.isna(v) else
                                                         f"<span style='color:#c00'>{html.escape(str(v))}</span>")
         self.html.value = STYLE + shown.to_html(index=False, escape=False, classes="wb-table", border=0)

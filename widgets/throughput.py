@@ -10,11 +10,23 @@ from .model import RECORDS, SESSION
 from .stats import decimate
 
 
+NOISY_SYMBOL = "x"  # a measured point whose timing was disturbed; clean ones are faint circles
+
+
+def raw_marker(records: list[dict]) -> dict:
+    """Marker symbol and opacity of the raw points: a noisy timing is a darker x, so it stands out."""
+    if not any(r.get("noisy") for r in records):
+        return dict(symbol="circle", opacity=0.28)
+    noisy = [bool(r.get("noisy")) for r in records]
+    return dict(symbol=[NOISY_SYMBOL if x else "circle" for x in noisy], opacity=[0.8 if x else 0.28 for x in noisy])
+
+
 class ThroughputView:
     """A plotly FigureWidget; ``refresh(model, changes)`` redraws it in one batched message.
 
-    Per strategy: faint raw measurements (decimated to ``max_points``) and the
-    exact best-so-far step curve, once vs trial and once vs elapsed seconds.
+    Per strategy: faint raw measurements (decimated to ``max_points``; a noisy
+    timing is an x, see ``raw_marker``) and the exact best-so-far step curve,
+    once vs trial and once vs elapsed seconds.
     Clicking a point calls every ``on_select(record_id)`` callback.
     """
 
@@ -79,6 +91,7 @@ class ThroughputView:
                 recs = by_s.get(s, [])
                 ok = [r for r in recs if r.get("gflops") is not None and r.get("error_class") is None]
                 raw = [ok[j] for j in decimate(len(ok), self.max_points)]
+                marker = raw_marker(raw)
                 steps = list(model.best_steps.get(s, []))
                 last = model.last_by_strategy.get(s)
                 # extend the step curve to the strategy's latest trial so its flat tail is visible
@@ -89,6 +102,7 @@ class ThroughputView:
                     raw_t.x = [r[key] for r in raw]
                     raw_t.y = [r["gflops"] for r in raw]
                     raw_t.text = [candidate_text(r) for r in raw]
+                    raw_t.marker.update(marker)
                     best_t.x = [r[key] for r in tail]
                     best_t.y = [r["gflops"] for r in tail]
                     best_t.text = [candidate_text(r) for r in tail]
