@@ -21,6 +21,7 @@ the affected candidate; ``"mark"`` only marks records ``noisy``; ``"off"`` check
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import math
 import os
@@ -275,6 +276,7 @@ class MeasurementGate:
 
     def __enter__(self):
         with self._cond:
+            # A draw takes well under a second; a view stuck mid-draw must not stop tuning.
             self._cond.wait_for(lambda: self._drawing == 0, timeout=10.0)
             self._timing += 1
             settle = self._last_draw + self.settle_s - time.monotonic()
@@ -291,6 +293,21 @@ class MeasurementGate:
     def timing(self):
         return self
 
+    @contextlib.contextmanager
+    def suspended(self):
+        """Nothing is timed for a while inside a timing phase (paused, waiting for a quiet machine): let views
+        draw meanwhile, and settle again before timing resumes. A no-op outside a timing phase."""
+        with self._cond:
+            held = self._timing > 0
+            if held:
+                self._timing -= 1
+                self._cond.notify_all()
+        try:
+            yield
+        finally:
+            if held:
+                self.__enter__()
+
 
 class NoiseGuard:
     """One session's noise handling, around its runner: probe baseline and drift, the check of every
@@ -300,8 +317,10 @@ class NoiseGuard:
     Only a local runner is watched: over RPC the kernel runs elsewhere and this machine's load is moot.
     """
 
-    def __init__(self, policy: NoisePolicy, runner, builder, emit, should_stop=lambda: False):
+    def __init__(self, policy: NoisePolicy, runner, builder, emit, should_stop=lambda: False,
+                 gate: MeasurementGate | None = None):
         self.policy = policy
+        self.gate = gate or MeasurementGate()
         self.runner = runner
         self.builder = builder
         self.emit = emit
@@ -371,7 +390,8 @@ class NoiseGuard:
         if first["other_cores"] <= self.policy.max_other_cores:
             return True
         self.emit("measurement_noise", source="load", state="waiting", why=why, **first)
-        res = wait_for_quiet(self.policy, self.should_stop)
+        with self.gate.suspended():  # nothing is timed while waiting: a live view may draw the wait
+            res = wait_for_quiet(self.policy, self.should_stop)
         state = "quiet" if res["quiet"] else "gave-up"
         self.emit("measurement_noise", source="load", state=state, why=why, waited_s=res["waited_s"], **res["last"])
         self.marking_only = not res["quiet"]

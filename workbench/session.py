@@ -249,7 +249,7 @@ class TuningSession(SessionLifecycle):
             self.ms_dbs[s] = (db, db.commit_workload(w.mod))
         self._baseline_and_reference()
         self.noise = noise.NoiseGuard(noise.NoisePolicy(mode=p.noise, confirm_rounds=p.confirm_rounds), self.runner,
-                                      self.builder, self._emit, self._stop.is_set)
+                                      self.builder, self._emit, self._stop.is_set, gate=self.measurement_gate)
         self._artifacts: dict = {}  # record id -> (artifact path, arg shapes) of the incumbents, for re-measurement
         with self.measurement_gate:
             self.noise.start()
@@ -374,7 +374,8 @@ class TuningSession(SessionLifecycle):
         if not self._running.is_set():
             self._set_status("paused")
             self._emit("paused", trials_done=self.trials_done)
-            self._running.wait()
+            with self.measurement_gate.suspended():  # paused mid-round: a live view may draw meanwhile
+                self._running.wait()
             if not self._stop.is_set():
                 self._set_status("running")
                 self._emit("resumed", trials_done=self.trials_done)
@@ -594,6 +595,8 @@ class TuningSession(SessionLifecycle):
                     held["latency_ms"], held["gflops"] = ms, gflops
                 self._emit("best_remeasured", record_id=rid, strategy=rec["strategy"], latency_ms=ms, gflops=gflops,
                            samples=len(samples[rid]))
+        if self.best_by_strategy:  # an incumbent re-measured slower may no longer be the fastest overall
+            self.best = min(self.best_by_strategy.values(), key=lambda r: r["latency_ms"])
         c = samples["candidate"]
         return float(np.median(c)), c, noise.spread(c)
 
