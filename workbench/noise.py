@@ -398,10 +398,10 @@ class NoiseGuard:
         return res["quiet"]
 
     # ---- one timing
-    def time(self, path: str, shapes: list, trial: int | None = None):
+    def time(self, path: str, shapes: list, trial: int | None = None, repeat: int | None = None):
         """Time a candidate; returns (RunResult, noisy). A disturbed timing is retaken once the machine is
         quiet (mode "wait") or returned marked (mode "mark")."""
-        r = self.runner.run(path, shapes)
+        r = self.runner.run(path, shapes, repeat=repeat)
         if not self.watching or r.error_class is not None or not is_noisy(r.reading, self.policy):
             return r, False
         info = dict(trial=trial, **{k: r.reading[k] for k in ("wait_fraction", "other_cores")})
@@ -411,7 +411,7 @@ class NoiseGuard:
         self.emit("measurement_noise", source="timing", state="noisy", **info)
         if not self._wait(f"trial {trial}" if trial else "a timing"):
             return r, True
-        r2 = self.runner.run(path, shapes)
+        r2 = self.runner.run(path, shapes, repeat=repeat)
         if r2.error_class is not None:
             return r, True
         noisy = is_noisy(r2.reading, self.policy)
@@ -422,11 +422,12 @@ class NoiseGuard:
 
     def confirm(self, entries: list) -> dict:
         """Interleaved re-measurement against the winner's curse: ``entries`` are (key, path, shapes);
-        ``confirm_rounds`` rounds time each in turn. Returns {key: [seconds, ...]} (each round's repeats)."""
+        ``confirm_rounds`` rounds time each in turn, one result (>= ``min_repeat_ms``) per entry and round, so
+        that every entry sees the same moments of the machine. Returns {key: [seconds per round, ...]}."""
         out = {k: [] for k, _, _ in entries}
         for _ in range(self.policy.confirm_rounds):
             for key, path, shapes in entries:
-                r, _noisy = self.time(path, shapes)
+                r, _noisy = self.time(path, shapes, repeat=1)
                 if r.error_class is None:
                     out[key].extend(r.run_secs)
         return out
