@@ -495,23 +495,29 @@ def test_pump_holds_redraws_while_kernels_are_timed(comm_log, demo_events):
         assert "stopping (after the current candidate)" in dash.controls.status.value
         assert "timing kernels" in dash.controls.status.value
         assert dash.model.n_events == 0 and len(dash.throughput.fig.data) == 0
-        # the session starts waiting for a quiet machine: the controls say so (it is not timing then)
+        # the session starts waiting for a quiet machine: it suspends its gate, and the wait is drawn at once
         dash.queue.put(noise_ev(demo_events[0].session_id, "measurement_noise", 0, source="load",
                                 state="waiting", why="trial 3", other_cores=1.0,
                                 processes=[{"pid": 7, "name": "<b>hog</b>", "cores": 1.0}]))
-        dash.pump_once()
-        assert "waiting for a quiet machine — &lt;b&gt;hog&lt;/b&gt; (pid 7)" in dash.controls.status.value
-        assert dash.model.n_events == 0 and not dash.model.noise["waiting"]
-    assert dash.pump_once() == len(demo_events) + 1
-    assert dash.model.trials_done == 32 and dash.ticks == ticks + 1
+        with gate.suspended():
+            assert not gate.timing_now
+            assert dash.pump_once() == len(demo_events) + 1
+            assert "waiting for a quiet machine — &lt;b&gt;hog&lt;/b&gt; (pid 7)" in dash.controls.status.value
+            assert dash.model.noise["waiting"]
+        assert gate.timing_now  # timing again: held again
+        dash.queue.put(noise_ev(demo_events[0].session_id, "measurement_noise", 1, source="load", state="quiet",
+                                waited_s=2.0))
+        assert dash.pump_once() == 0
+    assert dash.pump_once() == 1
+    assert dash.model.trials_done == 32 and dash.ticks == ticks + 2  # the wait, then the rest
     assert len(dash.throughput.fig.data) > 0 and len(dash.throughput.fig.data[0].x) > 0
     assert gate._drawing == 0 and gate._last_draw > 0  # end_draw(drew=True): timing settles after this draw
     assert dash.pump_once() == 0
 
 
 def test_a_session_paused_inside_its_timing_phase_is_drawn(demo_events):
-    # TuningSession pauses between two candidates of a round, with its measurement gate held: it times
-    # nothing then, and the dashboard must not keep saying "pausing" until Resume.
+    # TuningSession pauses between two candidates of a round, inside its timing phase; it suspends its
+    # measurement gate while paused, so the dashboard shows the pause instead of "pausing" until Resume.
     dash = Dashboard.replay(DEMO_DB, autopump=False)
     dash.attach(ReplaySession(DEMO_DB))
     gate = dash.session.measurement_gate = MeasurementGate(settle_s=0.0)
@@ -524,14 +530,16 @@ def test_a_session_paused_inside_its_timing_phase_is_drawn(demo_events):
             dash.queue.put(ev)
         dash.pause()  # the session is asked to pause, but has not reached its pause point yet
         assert dash.model.n_events == 15 and "pausing" in dash.controls.status.value
+        assert dash.pump_once() == 0
         dash.queue.put(noise_ev(sid, "paused", 0, trials_done=5))
-        assert dash.pump_once() == 6
-        assert dash.model.status == "paused" and ">paused<" in dash.controls.status.value
-        dash.resume()  # resumed: the session times again, the pump holds again
-        dash.queue.put(noise_ev(sid, "resumed", 1, trials_done=5))
+        with gate.suspended():  # what TuningSession._wait_if_paused does
+            assert dash.pump_once() == 6
+            assert dash.model.status == "paused" and ">paused<" in dash.controls.status.value
+            dash.resume()
+            dash.queue.put(noise_ev(sid, "resumed", 1, trials_done=5))
         for ev in demo_events[20:]:
             dash.queue.put(ev)
-        assert dash.pump_once() == 0 and dash.model.status == "paused"
+        assert dash.pump_once() == 0 and dash.model.status == "paused"  # timing again: held
     assert dash.pump_once() == len(demo_events) - 20 + 1 and dash.model.status == "finished"
 
 

@@ -10,7 +10,7 @@ from workbench.layouts import STRATEGIES
 from workbench.presets import PRESETS
 
 from .common import fmt
-from .model import CONTROLLER, STATUS, noise_line
+from .model import CONTROLLER, STATUS
 
 STRATEGY_SETS = ["auto", "all", *STRATEGIES]
 
@@ -68,10 +68,9 @@ class ControlsView:
         if not self._syncing and self.mode.value == "manual" and change["new"]:
             self.actions.pick(change["new"])
 
-    def refresh(self, model, changes: set, session=None, request: str | None = None, held: bool = False,
-                waiting: dict | None = None) -> None:
+    def refresh(self, model, changes: set, session=None, request: str | None = None, held: bool = False) -> None:
         """Redraw the controls. ``held``: the session is timing kernels and the other views wait (the model lags
-        behind); ``waiting``: the data of a "waiting for a quiet machine" event not folded into the model yet."""
+        behind)."""
         if not changes & {STATUS, CONTROLLER, "ui"}:
             return
         status = model.status
@@ -93,7 +92,7 @@ class ControlsView:
             eta = model.eta_seconds()
             self.eta.value = (f"<span style='white-space:nowrap'>{model.trials_done}/{total} trials · "
                               f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}</span>")
-            self.status.value = self._status_html(model, status, paused, request, session, held, waiting)
+            self.status.value = self._status_html(model, status, paused, request, session, held)
             self._syncing = True
             try:
                 if list(self.pick.options) != list(model.strategies):
@@ -110,7 +109,7 @@ class ControlsView:
             self.arms.value = self._arms_html(model, ctrl)
 
     @staticmethod
-    def _status_html(model, status, paused, request, session, held: bool = False, waiting: dict | None = None) -> str:
+    def _status_html(model, status, paused, request, session, held: bool = False) -> str:
         colors = {"running": "#2b8a3e", "paused": "#e67700", "finished": "#1864ab", "stopped": "#5c5f66",
                   "failed": "#c92a2a"}
         shown = status
@@ -131,23 +130,20 @@ class ControlsView:
             parts.append(f"{model.naive_latency_ms / best['latency_ms']:.1f}× vs naive")
         if model.runners:
             parts.append(ControlsView._runners_html(model.runners))
-        noise = ControlsView._noise_html(model, waiting)
+        noise = ControlsView._noise_html(model)
         if noise:
             parts.append(noise)
-        if held and not waiting:
+        if held:
             parts.append("<span style='color:#5c5f66'>timing kernels: the plots catch up afterwards</span>")
         if model.message:
             parts.append(f"<span style='color:#c92a2a'>{html.escape(model.message)}</span>")
         return " · ".join(parts) + "&nbsp;&nbsp;"
 
     @staticmethod
-    def _noise_html(model, waiting: dict | None = None) -> str:
+    def _noise_html(model) -> str:
         """The measurement-noise indicator: quiet / waiting for a quiet machine (and who is busy) / marking, the
-        probe's drift, and how many records are noisy. Empty for a session that said nothing about noise.
-        ``waiting`` overrides the model's wait (an event the pump has not folded in yet)."""
-        n = dict(model.noise)
-        if waiting is not None:
-            n.update(waiting=True, waiting_for=waiting, line=noise_line(waiting))
+        probe's drift, and how many records are noisy. Empty for a session that said nothing about noise."""
+        n = model.noise
         n_noisy = model.n_noisy
         if n["probe_ms"] is None and not n["events"] and not n_noisy and not n["waiting"]:
             return ""

@@ -34,14 +34,6 @@ from .table import RecordsTable
 from .throughput import ThroughputView
 
 
-def waiting_in(events) -> dict | None:
-    """The data of the latest load event among ``events`` when it says the session waits for a quiet machine."""
-    for ev in reversed(events):
-        if ev.kind == "measurement_noise" and (ev.data or {}).get("source") == "load":
-            return ev.data if ev.data.get("state") == "waiting" else None
-    return None
-
-
 class Dashboard:
     """Live (or replayed) view of a tuning session.
 
@@ -66,7 +58,6 @@ class Dashboard:
         self.ticks = 0  # redraws done
         self.held_ticks = 0  # ticks that drew nothing because the session was timing kernels
         self._pending: list[Event] = []  # events drained during a timing phase, not applied yet
-        self._waiting_shown = None  # the "waiting for a quiet machine" event the controls show while held
         self._drew = False  # the last pump tick sent something to the browser
         self._lock = threading.RLock()
         self._unsubscribe = None
@@ -141,7 +132,6 @@ class Dashboard:
             self.model.reset()
             self.queue.drain()
             self._pending = []
-            self._waiting_shown = None
             self._store = None
             self._workload = None
             self._request = None
@@ -264,17 +254,16 @@ class Dashboard:
 
         While the session times kernels (its ``measurement_gate`` is held) nothing is drawn and no event is
         applied: they wait in ``_pending`` for the first tick after the timing phase. Only the controls may be
-        redrawn then, for a button just pressed or to say the session waits for a quiet machine. A session
-        paused in the middle of its timing phase times nothing until resumed: it is drawn in full.
+        redrawn then, for a button just pressed. (A session paused, or waiting for a quiet machine, times nothing
+        and suspends its gate meanwhile, so those are drawn as usual.)
         """
         with self._lock:
             gate = getattr(self.session, "measurement_gate", None)
             began = gate is not None and gate.begin_draw()
             if gate is not None and not began:
                 self._pending.extend(self.queue.drain())
-                if not self._paused_while_timing():
-                    self._hold()
-                    return 0
+                self._hold()
+                return 0
             self._drew = False
             try:
                 return self._draw()
@@ -282,19 +271,9 @@ class Dashboard:
                 if began:
                     gate.end_draw(drew=self._drew)
 
-    def _paused_while_timing(self) -> bool:
-        """The session is blocked in a pause (its "paused" event is the latest of paused/resumed), so not timing."""
-        if not getattr(self.session, "paused", False):
-            return False
-        for ev in reversed(self._pending):
-            if ev.kind in ("paused", "resumed"):
-                return ev.kind == "paused"
-        return self.model.status == "paused"
-
     def _draw(self) -> int:
         events = self._pending + self.queue.drain()
         self._pending = []
-        self._waiting_shown = None
         for ev in events:
             self.model.apply(ev)
         s = self.session
@@ -322,16 +301,12 @@ class Dashboard:
         return len(events)
 
     def _hold(self) -> None:
-        """A tick during a timing phase: keep the events for later; redraw the controls alone only for a button
-        pressed (so it answers at once) or for a new wait for a quiet machine (the session is not timing then,
-        and the person watching should see who keeps the machine busy)."""
+        """A tick during a timing phase: keep the events for later; redraw the controls alone for a button just
+        pressed, so that it answers at once."""
         self.held_ticks += 1
-        waiting = waiting_in(self._pending)
-        new_wait = waiting is not None and waiting is not self._waiting_shown
-        if self._ui_dirty.is_set() or new_wait:
+        if self._ui_dirty.is_set():
             self._ui_dirty.clear()
-            self._waiting_shown = waiting
-            self.controls.refresh(self.model, {"ui"}, self.session, self._request, held=True, waiting=waiting)
+            self.controls.refresh(self.model, {"ui"}, self.session, self._request, held=True)
 
     def _start_pump(self) -> None:
         if self._pump_thread is not None and self._pump_thread.is_alive():
