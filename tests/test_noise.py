@@ -221,7 +221,10 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path):
     assert "waiting" in states and "quiet" in states, states
     assert s.status == "finished" and s.trials_done == 8
     rec = s.records()
-    assert not rec["noisy"].any()  # what was disturbed was waited for and re-timed, not recorded as is
+    # what the hog disturbed was waited for and re-timed, not recorded as is; a record can still be marked noisy
+    # as a whole round when the probe finds the host itself slow (this machine's neighbours do that)
+    by_probe = {i for e in events if e.kind == "records_marked_noisy" for i in e.data["record_ids"]}
+    assert set(rec[rec["noisy"]]["id"]) <= by_probe, rec[["id", "trial", "noisy"]]
     # the best was re-measured interleaved: one sample per confirmation round, and its spread stored
     best = RecordStore(db, readonly=True).record(int(rec[rec["is_best"]]["id"].iloc[-1]))
     assert len(best["confirm_secs"]) == 2 and best["confirm_spread"] is not None

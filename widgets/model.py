@@ -168,7 +168,7 @@ class SessionModel:
             n.update(probe_ms=d.get("probe_ms"), baseline_ms=d.get("baseline_ms"), drift=d.get("drift"),
                      when=d.get("when"))
             drift = d.get("drift")
-            if d.get("when") == "rebaselined" or (drift is not None and drift <= DRIFT_LIMIT):
+            if drift is not None and drift <= DRIFT_LIMIT:
                 n["marking"] = False  # as the session does: a probe within bounds ends marking-only
                 n["level"] = "quiet"
             elif drift is not None:

@@ -18,13 +18,13 @@ Kinds and their ``data``:
   paused / resumed     trials_done
   runner_health        server ("host:port"), state ("busy" | "idle" | "timeout" | "lost"), measured, errors,
                        timeouts, retried, in_flight; optionally seconds, message, retrying (RPC runner only)
-  calibration          probe_ms, baseline_ms, drift (fraction), when ("start" | "before round" | "after round" |
-                       "rebaselined"): the calibration probe timed (workbench/noise.py)
+  calibration          probe_ms, baseline_ms, drift (fraction), when ("start" | "before round" | "after round"):
+                       the calibration probe timed (workbench/noise.py); the baseline is its fastest reading
   measurement_noise    source ("timing" | "probe" | "load"), state ("noisy" | "marked" | "remeasured" | "drift" |
                        "waiting" | "quiet" | "gave-up" | "unavailable"); with trial, wait_fraction, other_cores,
                        processes [{pid, name, cores}], probe_ms, baseline_ms, drift, when, why, waited_s,
                        first_ms, remeasured_ms as they apply (noise.describe(data) says it in one line)
-  records_marked_noisy record_ids, reason (the probe drifted during the round that timed them)
+  records_marked_noisy record_ids, reason (the probe was slow around the round that timed them)
   best_remeasured      record_id, strategy, latency_ms, gflops, samples: an incumbent best re-timed interleaved
                        with a challenger; its record now holds that median
   stopped / finished   trials_done, best_latency_ms, summary

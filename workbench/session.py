@@ -506,7 +506,7 @@ class TuningSession(SessionLifecycle):
         first_id = None
         try:
             with self.measurement_gate:
-                self.noise.check_probe("before round")
+                slow_before = self.noise.check_probe("before round")
                 first_id = self._last_record_id()
                 if hasattr(self.runner, "run_many"):
                     self._measure_batch(props, builds, measured)
@@ -516,7 +516,9 @@ class TuningSession(SessionLifecycle):
                             break
                         measured(i)
                 if measured_c and self.noise.check_probe("after round"):
-                    self._mark_round_noisy(first_id)
+                    self._mark_round_noisy(first_id, "the probe was slow after the round")
+                elif slow_before:
+                    self._mark_round_noisy(first_id, "the probe was slow before the round and did not recover")
         finally:
             kept = {path for path, _ in self._artifacts.values()}
             for b in builds:
@@ -564,11 +566,11 @@ class TuningSession(SessionLifecycle):
         r = self.store.conn.execute("SELECT MAX(id) FROM records WHERE session_id=?", (self.session_id,)).fetchone()
         return r[0] or 0
 
-    def _mark_round_noisy(self, after_id: int) -> None:
-        """The probe drifted during the round's timing: every record it timed is suspect."""
+    def _mark_round_noisy(self, after_id: int, reason: str) -> None:
+        """The probe says the machine was slow around the round's timing: every record it timed is suspect."""
         ids = self.store.mark_noisy(self.session_id, after_id)
         if ids:
-            self._emit("records_marked_noisy", record_ids=ids, reason="probe drift after the round")
+            self._emit("records_marked_noisy", record_ids=ids, reason=reason)
 
     def _confirm(self, strategy: str, path: str, shapes: list, first_lat: float):
         """Re-measure a would-be best interleaved with the incumbents it must beat (the winner's curse:
