@@ -1,0 +1,278 @@
+"""Does watching a session live corrupt its timings? The quickstart in a real JupyterLab + Chromium vs headless.
+
+    .venv/bin/python benchmarks/live_dashboard.py [--workload resnet18.conv2] [--trials 48] [--seed 0] [--pairs 2]
+                                                  [--force]
+
+Runs the same session in two ways, alternated ``--pairs`` times, with nothing else on the machine:
+
+1. **headless**: ``workbench tune WORKLOAD --trials N --seed S`` (the CLI; no UI at all);
+2. **live**: the quickstart notebook in a real JupyterLab, opened in headless Chromium (Playwright), Start
+   pressed, the page kept open and drawing until the session finishes.
+
+Both use the workbench's defaults (``quick`` preset, ``auto`` strategy, ``noise="wait"``, the dashboard's
+measurement gate). Compared: the per-candidate coefficient of variation of the timing repeats (median, p90),
+the best latency each session found, how many records were marked noisy and how many noise events were raised,
+and each session's best re-timed standalone afterwards (``workbench best --time``). Target: live median CV
+within 2x of headless, live best within 3 % of headless.
+
+Writes ``docs/results/live_dashboard.md`` and ``.json``; stores and logs go to ``benchmarks/out/live_dashboard/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "out", "live_dashboard")
+RESULTS = os.path.join(ROOT, "docs", "results")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+import _quiet  # noqa: E402
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_headless(args, db: str) -> float:
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "workbench.cli", "tune", args.workload, "--trials", str(args.trials),
+                    "--seed", str(args.seed), "--db", db, "--quiet", "--json"], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+    return time.time() - t0
+
+
+def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, float]:
+    """The quickstart in JupyterLab + Chromium, Start pressed, watched until finished; returns (db, seconds)."""
+    from playwright.sync_api import sync_playwright
+
+    root = os.path.join(work, "lab")
+    shutil.copytree(os.path.join(ROOT, "notebooks"), root,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.db-wal", "*.db-shm"))
+    tmp = os.path.join(work, "tmp")
+    os.makedirs(tmp)
+    settings = os.path.join(work, "settings", "@jupyterlab", "apputils-extension")
+    os.makedirs(settings)
+    with open(os.path.join(settings, "notification.jupyterlab-settings"), "w") as f:
+        f.write('{"fetchNews": "false", "checkForUpdates": false}')
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, WORKBENCH_TRIALS=str(args.trials), WORKBENCH_WORKLOAD=args.workload,
+               WORKBENCH_INTERACTIVE="1", TMPDIR=tmp, JUPYTER_CONFIG_DIR=os.path.join(work, "config"),
+               JUPYTERLAB_WORKSPACES_DIR=os.path.join(work, "workspaces"),
+               JUPYTERLAB_SETTINGS_DIR=os.path.join(work, "settings"))
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+           "--ServerApp.port_retries=0"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    lab_log = open(os.path.join(work, "jupyter.log"), "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=lab_log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start; see {work}/jupyter.log") from None
+                time.sleep(0.5)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            page.goto(f"{url}/lab/tree/01_quickstart.ipynb?token={token}&reset")
+            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                                   " && window.jupyterapp.shell.currentWidget.sessionContext"
+                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+                                   " === 'idle'", timeout=120_000)
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            start = page.locator(".jp-OutputArea-output .widget-button", has_text="Start").first
+            start.wait_for(state="visible", timeout=120_000)
+            dash = page.locator(".jp-OutputArea-output").filter(
+                has=page.locator(".widget-button", has_text="Start")).first
+            dash.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
+            dash.scroll_into_view_if_needed()
+            time.sleep(2.0)  # the notebook's other cells finish rendering before the session starts
+            t0 = time.time()
+            start.click()
+            status = dash.locator(".wb-status").first
+            while True:
+                text = status.inner_text()
+                if any(s in text for s in ("finished", "stopped", "failed")):
+                    break
+                if time.time() - t0 > 60 * args.trials:
+                    raise RuntimeError(f"the live session did not finish; status: {text}")
+                time.sleep(1.0)
+            seconds = time.time() - t0
+            os.makedirs(OUT, exist_ok=True)
+            dash.screenshot(path=os.path.join(OUT, shot))
+            browser.close()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        lab_log.close()
+    [db] = glob.glob(os.path.join(tmp, "workbench-*", "quickstart.db"))
+    return db, seconds
+
+
+def stats(db: str) -> dict:
+    import numpy as np
+
+    from workbench.store import RecordStore
+
+    s = RecordStore(db, readonly=True)
+    rec = s.records()
+    ok = rec[rec["error_class"].isna()]
+    cv = ok["cv"].dropna().to_numpy()
+    best = s.best(s.sessions()[-1]["workload"])
+    summ = s.summary()
+    return {"trials": int(len(rec)), "errors": int(len(rec) - len(ok)), "cv_median": float(np.median(cv)),
+            "cv_p90": float(np.percentile(cv, 90)), "best_ms": best["latency_ms"],
+            "best_spread": best.get("confirm_spread"), "best_strategy": best["strategy"],
+            "noisy": summ["noisy"], "noise_events": summ["noise_events"]}
+
+
+def retime(db: str, workload: str, threads: int) -> dict:
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "best", db, workload, "--time", "--threads",
+                          str(threads), "--json"], capture_output=True, text=True, check=True, cwd=ROOT)
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    return {k: d[k] for k in ("timed_ms", "spread", "noisy", "ratio")}
+
+
+def _aggregate(runs: list) -> dict:
+    """Several sessions of one mode: each figure's median over the sessions, and the per-session values."""
+    import numpy as np
+
+    keys = ("cv_median", "cv_p90", "best_ms", "noisy", "noise_events", "wall_s")
+    out = {k: float(np.median([r[k] for r in runs])) for k in keys}
+    out["retimed_ms"] = float(np.median([r["retimed"]["timed_ms"] for r in runs]))
+    out["trials"] = sum(r["trials"] for r in runs)
+    out["errors"] = sum(r["errors"] for r in runs)
+    out["sessions"] = runs
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="resnet18.conv2")
+    ap.add_argument("--trials", type=int, default=48)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pairs", type=int, default=2, help="headless/live session pairs, alternated (default 2)")
+    ap.add_argument("--threads", type=int, default=_quiet.available_cores())
+    ap.add_argument("--force", action="store_true", help="run on a busy machine; the result is marked invalid")
+    args = ap.parse_args()
+    if not os.path.exists(CHROMIUM):
+        print(f"live_dashboard: {CHROMIUM} is missing (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    _quiet.set_thread_env(args.threads)
+    proto = _quiet.Protocol("live_dashboard", args.threads, args.force)
+    proto.start()
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(OUT)
+    runs = {"headless": [], "live": []}
+    for i in range(args.pairs):
+        proto.phase(f"headless session {i + 1}")
+        log(f"headless {i + 1}/{args.pairs}: workbench tune {args.workload} --trials {args.trials}")
+        db = os.path.join(OUT, f"headless-{i + 1}.db")
+        seconds = run_headless(args, db)
+        runs["headless"].append(dict(stats(db), wall_s=round(seconds, 1), db=db))
+        _quiet.quiesce()
+        proto.phase(f"live session {i + 1}")
+        log(f"live {i + 1}/{args.pairs}: the quickstart in JupyterLab + Chromium")
+        db, seconds = run_live(args, os.path.join(OUT, f"live-{i + 1}"), shot=f"live-{i + 1}.png")
+        runs["live"].append(dict(stats(db), wall_s=round(seconds, 1), db=db))
+        _quiet.quiesce()
+    proto.phase("standalone re-timing")
+    for mode in runs.values():
+        for r in mode:
+            r["retimed"] = retime(r["db"], args.workload, args.threads)
+    proto.finish()
+    res = {"workload": args.workload, "trials": args.trials, "seed": args.seed, "threads": args.threads,
+           "pairs": args.pairs, "headless": _aggregate(runs["headless"]), "live": _aggregate(runs["live"])}
+    h, lv = res["headless"], res["live"]
+    res["cv_ratio"] = lv["cv_median"] / h["cv_median"] if h["cv_median"] else None
+    res["best_ratio"] = lv["best_ms"] / h["best_ms"]
+    res["retimed_best_ratio"] = lv["retimed_ms"] / h["retimed_ms"]
+    res["targets"] = {"cv_within_2x": bool(res["cv_ratio"] is not None and res["cv_ratio"] <= 2.0),
+                      "best_within_3pct": bool(abs(res["best_ratio"] - 1) <= 0.03)}
+    res["protocol"] = proto.summary()
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "live_dashboard.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(RESULTS, "live_dashboard.md"), "w") as f:
+        f.write(markdown(res, proto))
+    print(json.dumps({k: res[k] for k in ("cv_ratio", "best_ratio", "retimed_best_ratio", "targets")}))
+    return 0
+
+
+def markdown(res: dict, proto) -> str:
+    h, lv = res["headless"], res["live"]
+
+    def per(mode, key, f):
+        return ", ".join(format(r[key], f) for r in mode["sessions"])
+
+    rows = [("trials (errors), all sessions", f"{h['trials']} ({h['errors']})", f"{lv['trials']} ({lv['errors']})"),
+            ("per-candidate CV of the timing repeats, median", f"{h['cv_median']:.4f} ({per(h, 'cv_median', '.4f')})",
+             f"{lv['cv_median']:.4f} ({per(lv, 'cv_median', '.4f')})"),
+            ("... p90", f"{h['cv_p90']:.4f} ({per(h, 'cv_p90', '.4f')})", f"{lv['cv_p90']:.4f} ({per(lv, 'cv_p90', '.4f')})"),
+            ("best latency found (ms, its re-measured median)", f"{h['best_ms']:.4f} ({per(h, 'best_ms', '.4f')})",
+             f"{lv['best_ms']:.4f} ({per(lv, 'best_ms', '.4f')})"),
+            ("that best re-timed standalone afterwards (ms)", f"{h['retimed_ms']:.4f}", f"{lv['retimed_ms']:.4f}"),
+            ("records marked noisy", per(h, "noisy", "d"), per(lv, "noisy", "d")),
+            ("measurement_noise events", per(h, "noise_events", "d"), per(lv, "noise_events", "d")),
+            ("session wall time (s)", per(h, "wall_s", ".1f"), per(lv, "wall_s", ".1f"))]
+    t = res["targets"]
+    lines = ["# Watching live: timing noise with the dashboard open in a browser vs headless", "",
+             proto.markdown(), "",
+             f"Workload `{res['workload']}`, {res['trials']} trials, seed {res['seed']}, {res['threads']} threads, "
+             "the workbench's defaults (`quick`, strategy `auto`, `noise=\"wait\"`, the dashboard's measurement "
+             "gate). Headless = `workbench tune`; live = the quickstart notebook in JupyterLab, in headless Chromium "
+             "(Playwright), Start pressed and the page kept open and drawing until the session finished. "
+             f"{res['pairs']} pairs of sessions, alternated headless / live; each figure is the median over a "
+             "mode's sessions (each session's value in brackets). Produced by "
+             f"`python benchmarks/live_dashboard.py --pairs {res['pairs']}`.", "",
+             "| | headless | live |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    lines += ["",
+              f"- live / headless median CV: **{res['cv_ratio']:.2f}x** (target <= 2x: "
+              f"{'met' if t['cv_within_2x'] else 'NOT met'})",
+              f"- live / headless best latency: **{res['best_ratio']:.3f}** (target within 3 %: "
+              f"{'met' if t['best_within_3pct'] else 'NOT met'}); the bests re-timed standalone: "
+              f"{res['retimed_best_ratio']:.3f}",
+              "", "Before the measurement gate and the noise checks (the issue that asked for this page, same "
+              "machine kind, 48 trials of resnet18.conv2): live median CV 0.32 (p90 0.74) against 0.006 (0.05) "
+              "headless, and a best 9 % slower live."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
