@@ -10,7 +10,11 @@ The protocol:
    and before each tuning run, session or timing phase. Above ``NoisePolicy().max_other_cores`` the script
    refuses to start, or (between phases, after a bounded wait) stops, with one line on stderr naming the
    busiest processes, and exits with status 3. ``--force`` carries on and records the result as invalid
-   (``"valid": false`` in the JSON, **INVALID** at the top of the page).
+   (``"valid": false`` in the JSON, **INVALID** at the top of the page). The same check also times the
+   calibration probe in a fresh process: a host slower than at its best (another VM on the same cores shows in
+   no process list; on the project's machine the probe went from 0.53 to 1.4 ms and back within minutes with
+   nothing local busy) is waited out for up to ``host_wait_s``, then refused the same way. "At its best" is the
+   fastest probe reading seen on this machine (``benchmarks/out/probe_reference.json``).
 2. **One library at a time.** Each library's kernels are timed alone in their own process, the processes one
    after the other; ``quiesce()`` between two of them waits until the previous one's thread pools have
    stopped spinning. Every process that times kernels gets ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS`` and
@@ -169,6 +173,40 @@ def probe_reading(threads: int, timeout: float = 300.0) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+# The fastest probe reading seen on this machine, per thread count: the host at its best. Kept beside the
+# benchmark outputs (never committed: it belongs to one machine); absent on a new machine, where the first run's
+# readings set it.
+REFERENCE = os.path.join(HERE, "out", "probe_reference.json")
+
+
+def _reference_ms(path: str | None, threads: int) -> float | None:
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return float(json.load(f)[str(int(threads))])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save_reference(path: str | None, threads: int, ms: float) -> None:
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            ref = json.load(f)
+    except (OSError, ValueError):
+        ref = {}
+    key = str(int(threads))
+    if key in ref and ref[key] <= ms:
+        return
+    ref[key] = ms
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(ref, f)
+    os.replace(path + ".tmp", path)
+
+
 def check_peak(peak_gflops, best_gflops, what: str | None = None) -> str | None:
     """A one-line problem when the measured peak is below the best figure a kernel achieved, else None."""
     if peak_gflops is None or best_gflops is None or peak_gflops >= best_gflops:
@@ -203,7 +241,10 @@ class Protocol:
     """
 
     def __init__(self, name: str, threads: int, force: bool = False, threshold=None, seconds: float = 2.0,
-                 wait_s: float = 30.0):
+                 wait_s: float = 30.0, host_wait_s: float = 300.0, reference: str | None = REFERENCE):
+        self.host_wait_s = host_wait_s
+        self.reference = reference
+        self.best_probe_ms = _reference_ms(reference, threads)
         self.name = name
         self.threads = int(threads)
         self.force = bool(force)
@@ -218,12 +259,52 @@ class Protocol:
         self.command = " ".join(sys.argv)
 
     def phase(self, name: str) -> dict:
-        """The quiet check before a phase (exits with status 3 when busy, unless forced); recorded."""
+        """The checks before a phase, recorded: no other process busy, and the host as fast as it has been
+        (the probe within ``max_probe_drift`` of the fastest reading on this machine). Exits with status 3
+        when either fails (after a bounded wait between phases), unless forced."""
         first = not self.checks
         r = require_quiet(name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s,
                           started=not first)
+        r.update(self._host_check(name, started=not first))
+        r["quiet"] = r["quiet"] and r["host_ok"]
         self.checks.append(r)
         return r
+
+    def _host_check(self, phase: str, started: bool) -> dict:
+        """A slow host (another VM on the same physical cores, a clock change) shows in no process list: the
+        probe is timed until it is back within ``max_probe_drift`` of its best, for up to ``host_wait_s``."""
+        limit = noise.NoisePolicy().max_probe_drift
+        t0 = time.monotonic()
+        while True:
+            r = self._probe_once()
+            ms = r.get("median_ms")
+            if ms is None:
+                return {"host_ok": True, "probe_ms": None}
+            best = self.best_probe_ms = min(self.best_probe_ms or ms, ms)
+            drift = ms / best - 1
+            if drift <= limit or time.monotonic() - t0 >= self.host_wait_s:
+                break
+            time.sleep(10)
+        out = {"host_ok": drift <= limit, "probe_ms": ms, "probe_best_ms": best, "probe_drift": round(drift, 4),
+               "host_waited_s": round(time.monotonic() - t0, 1)}
+        _save_reference(self.reference, self.threads, best)
+        if out["host_ok"]:
+            return out
+        line = (f"the host is slower than at its best before {phase}: the calibration probe takes {ms:.3f} ms, "
+                f"{drift:+.0%} from {best:.3f} ms, for {out['host_waited_s']:.0f} s, with no local process busy "
+                "(another VM on the same cores?)")
+        if self.force:
+            print(f"benchmark forced: {line}; the result is marked invalid", file=sys.stderr, flush=True)
+            return out
+        print(f"benchmark {'stopped' if started else 'refused'}: {line}; try again later or pass --force (the "
+              "result is then marked invalid)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_NOT_QUIET)
+
+    def _probe_once(self) -> dict:
+        try:
+            return probe_reading(self.threads)
+        except (RuntimeError, subprocess.SubprocessError) as e:
+            return {"error": str(e)}
 
     def probe(self, when: str) -> dict:
         """The calibration probe in a fresh process, recorded under ``when`` ("before", "after", ...)."""
@@ -279,15 +360,21 @@ def summary_markdown(s: dict | None) -> str:
     commit = (g.get("commit") or "unknown")[:12] + (" + uncommitted changes" if g.get("dirty") else "")
     checks = s.get("checks") or []
     failed = [c for c in checks if not c["quiet"]]
+    slow = [c for c in checks if c.get("host_ok") is False]
     pol = noise.NoisePolicy()
     if s.get("valid"):
         verdict = (f"quiet checks passed: {len(checks)}/{len(checks)} (other processes at most "
-                   f"{s.get('threshold_cores', pol.max_other_cores):.2f} cores before every phase)")
+                   f"{s.get('threshold_cores', pol.max_other_cores):.2f} cores before every phase"
+                   + (", and the calibration probe within "
+                      f"{100 * pol.max_probe_drift:.0f}% of its best on this machine)" if any(
+                          "host_ok" in c for c in checks) else ")"))
     else:
         worst = max(failed, key=lambda c: c["other_cores"]) if failed else None
         verdict = (f"**INVALID**: {len(failed)} of {len(checks)} quiet checks failed and the run was forced "
                    f"(`--force`)" + (f"; worst before {worst['phase']}: other processes used "
-                                     f"{worst['other_cores']:.2f} cores ({_who(worst['processes'])})" if worst else ""))
+                                     f"{worst['other_cores']:.2f} cores ({_who(worst['processes'])})" if worst else "")
+                   + (f"; the host was slow (probe {max(c['probe_drift'] for c in slow):+.0%} from its best) before "
+                      f"{len(slow)} phase(s)" if slow else ""))
     p = s.get("probe") or {}
     drift = p.get("drift")
     drift_txt = "" if drift is None else f", drift {100 * drift:+.1f}%"

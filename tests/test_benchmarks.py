@@ -177,7 +177,8 @@ def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, 
     assert r["quiet"] is False and r["phase"] == "tuning resnet18.conv2"
     assert r["other_cores"] > 0.25 and {"processes", "time"} <= set(r)
 
-    p = _quiet.Protocol("test", 2, force=True, seconds=0.5)
+    p = _quiet.Protocol("test", 2, force=True, seconds=0.5, reference=None)
+    p._probe_once = lambda: {"median_ms": 1.0}
     assert p.phase("start")["quiet"] is False
     s = p.summary()
     assert s["valid"] is False and s["forced"] is True and s["checks"][0]["phase"] == "start"
@@ -186,10 +187,10 @@ def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, 
 
 def test_protocol_is_valid_on_a_quiet_machine_and_records_run_facts(monkeypatch):
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.01))
-    probes = iter([1.0, 1.1])
+    probes = iter([1.0, 1.0, 1.05, 1.1])  # phase "start", probe before, phase "tuning x", probe after
     monkeypatch.setattr(_quiet, "probe_reading", lambda threads: {"median_ms": next(probes), "spread": 0.02,
                                                                   "wait_fraction": 0.0, "threads": threads})
-    p = _quiet.Protocol("test", 2, force=False, seconds=0.1)
+    p = _quiet.Protocol("test", 2, force=False, seconds=0.1, reference=None)
     p.start()
     p.phase("tuning x")
     p.finish()
@@ -209,7 +210,8 @@ def test_protocol_stops_between_phases_after_a_bounded_wait(monkeypatch, capsys)
     monkeypatch.setattr(_quiet.noise, "machine_load",
                         lambda seconds, exclude=None, top=3: {"other_cores": next(loads), "seconds": seconds,
                                                               "processes": [{"pid": 7, "name": "hog", "cores": 1.5}]})
-    p = _quiet.Protocol("test", 2, force=False, seconds=0.01, wait_s=0.05)
+    p = _quiet.Protocol("test", 2, force=False, seconds=0.01, wait_s=0.05, reference=None)
+    p._probe_once = lambda: {"median_ms": 1.0}
     p.phase("start")
     with pytest.raises(SystemExit) as e:
         p.phase("timing numpy")
@@ -218,6 +220,35 @@ def test_protocol_stops_between_phases_after_a_bounded_wait(monkeypatch, capsys)
     assert err.splitlines() == [err]
     assert err.startswith("benchmark stopped: the machine is not quiet before timing numpy")
     assert "hog pid 7 1.50 cores" in err
+
+
+def test_protocol_refuses_a_slow_host_and_remembers_the_machine_at_its_best(monkeypatch, capsys, tmp_path):
+    # nothing local is busy, yet the probe is far slower than the fastest this machine has been
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
+    ref = str(tmp_path / "probe_reference.json")
+    p = _quiet.Protocol("test", 2, seconds=0.01, reference=ref)
+    p._probe_once = lambda: {"median_ms": 0.50}
+    assert p.phase("start")["host_ok"]
+    assert json.load(open(ref)) == {"2": 0.50}
+    p2 = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_wait_s=0.0)
+    p2._probe_once = lambda: {"median_ms": 0.80}
+    with pytest.raises(SystemExit) as e:
+        p2.phase("start")
+    assert e.value.code == 3
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and err.startswith("benchmark refused: the host is slower than at its best")
+    assert "0.800 ms, +60% from 0.500 ms" in err
+    forced = _quiet.Protocol("test", 2, force=True, seconds=0.01, reference=ref, host_wait_s=0.0)
+    forced._probe_once = lambda: {"median_ms": 0.80}
+    r = forced.phase("start")
+    assert r["quiet"] is False and r["host_ok"] is False and forced.summary()["valid"] is False
+    assert "the host was slow (probe +60% from its best)" in forced.markdown()
+    # a host that recovers within the wait passes
+    readings = iter([0.80, 0.52])
+    ok = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_wait_s=60.0)
+    ok._probe_once = lambda: {"median_ms": next(readings)}
+    monkeypatch.setattr(_quiet.time, "sleep", lambda s: None)
+    assert ok.phase("start")["host_ok"] is True
 
 
 def test_quiesce_returns_once_quiet_and_gives_up_when_bounded(monkeypatch):
