@@ -83,3 +83,52 @@ def test_tune_json_show_best(tmp_path):
     assert b.returncode == 0, b.stderr
     assert "def apply_trace" in b.stdout and "T.prim_func" in b.stdout
     assert (tmp_path / "k.so").exists()
+
+
+def _records(db):
+    from workbench.store import RecordStore
+
+    try:
+        return RecordStore(db, readonly=True).records()
+    except Exception:  # not created yet
+        return None
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_after_the_candidate_in_flight_and_a_running_session_cannot_be_resumed(tmp_path):
+    import os
+    import signal
+    import time
+
+    db = str(tmp_path / "c.db")
+    # Its own process group, as a terminal's foreground job: Ctrl-C reaches the CLI and every worker it started.
+    p = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", "matmul-128", "--trials", "64", "--db", db,
+                          "--quiet", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while True:
+            rec = _records(db)
+            if rec is not None and len(rec) >= 3:
+                break
+            assert p.poll() is None and time.time() < deadline, p.communicate()
+            time.sleep(0.2)
+        # while it runs, a second process cannot resume it
+        r = cli("tune", "matmul-128", "--db", db, "--resume", "--quiet")
+        _one_line_error(r, "is still running in another process")
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    summ = json.loads(out.strip().splitlines()[-1])
+    assert summ["status"] == "stopped" and 3 <= summ["trials"] < 64
+    rec = _records(db)
+    # the candidate in flight was measured, not killed: no worker crash recorded
+    assert not rec["error_class"].fillna("").str.endswith("crash").any(), rec[["trial", "error_class"]]
+    # and once it has stopped it can be resumed
+    r = cli("tune", "matmul-128", "--db", db, "--resume", "--trials", str(summ["trials"] + 2), "--quiet", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["trials"] == summ["trials"] + 2

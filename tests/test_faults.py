@@ -68,8 +68,10 @@ def test_segfaulting_and_hanging_kernels_kill_only_themselves():
         assert slow.error_class == "run-timeout" and time.time() - t < 15, slow
         out, cls, msg = r.compute(good.path, [__import__("numpy").ones(16, "float32")], (16,))
         assert cls is None and (out == 2).all()  # and the runner still computes
-        # The per-call timeout is honoured and restored.
+        # The per-call timeout is honoured (1 s, not the runner's 3 s) and restored.
+        t = time.time()
         assert r.run(hang.path, shapes, timeout=1).error_class == "run-timeout" and r.timeout == 3
+        assert 1.0 <= time.time() - t < 2.9
     finally:
         r.close()
         b.close()
@@ -171,3 +173,35 @@ def test_disk_full_mid_session(tmp_path):
     assert "cannot write records store" in lines[0], lines[0]
     after = _assert_nothing_lost(before, db)
     assert len(after) >= len(before)
+
+
+def test_workers_survive_the_terminals_ctrl_c():
+    # Ctrl-C reaches every process of the terminal's foreground group; the session decides what it means
+    # (stop after the candidate in flight), so a builder or runner worker must not die of it.
+    import os
+    import signal
+
+    import psutil
+
+    from workbench import measure, tvm_env
+
+    b = measure.Builder(tvm_env.host_target_dict(1), workers=1)
+    r = measure.Runner(1, timeout=30)
+    try:
+        good_mod, _segv, _hang, shapes = bad_modules()
+        [good] = b.build([good_mod])
+        assert r.run(good.path, shapes).error_class is None
+        workers = [c for c in psutil.Process().children(recursive=True)
+                   if any("popen_worker" in a for a in c.cmdline())]
+        assert len(workers) >= 2
+        for w in workers:
+            os.kill(w.pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert all(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+        again = r.run(good.path, shapes)
+        assert again.error_class is None, again
+        [rebuilt] = b.build([good_mod])
+        assert rebuilt.path is not None, rebuilt
+    finally:
+        r.close()
+        b.close()

@@ -180,3 +180,21 @@ def test_export_roundtrip_through_metaschedule(tmp_path):
     back = RecordStore(str(tmp_path / "imported.db"), readonly=True).records()
     assert set(back["strategy"]) <= {"no-rewrite", "pre-transformed"}
     assert len(back) == n
+
+
+def test_verify_rejects_a_wrong_result():
+    import numpy as np
+
+    from workbench import measure
+
+    ref = np.linspace(-3.0, 5.0, 64).reshape(8, 8)
+    ok, _ = measure.verify(ref.astype(np.float32), ref)
+    assert ok
+    wrong = ref.astype(np.float32).copy()
+    wrong[3, 4] += 0.05  # one element off by 1 % of the output's scale
+    ok, detail = measure.verify(wrong, ref)
+    assert not ok and "max abs error" in detail
+    unwritten = ref.astype(np.float32).copy()
+    unwritten[0, 0] = np.nan  # an element the kernel never wrote
+    assert not measure.verify(unwritten, ref)[0]
+    assert not measure.verify(ref[:4].astype(np.float32), ref)[0]  # wrong shape

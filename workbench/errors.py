@@ -12,3 +12,7 @@ class WorkbenchError(Exception):
 
 class StoreLockedError(WorkbenchError):
     """Another process holds the records store."""
+
+
+class SessionRunningError(WorkbenchError):
+    """The session is being tuned by another process (it holds the session's lock)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass, field
 
@@ -38,6 +39,9 @@ import numpy as np
 
 
 def _worker_init(num_threads: int = 1):
+    # Ctrl-C in a terminal reaches the whole foreground process group, workers included: the session decides
+    # (stop after the candidate in flight), so a worker must not die of it mid-candidate.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Before the first kernel call creates TVM's thread pool; config_threadpool makes it explicit.
     os.environ["TVM_NUM_THREADS"] = str(num_threads)
     from workbench import tvm_env

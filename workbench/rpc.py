@@ -114,6 +114,9 @@ def check_runner(url: str) -> tuple[str, int, str]:
 
 
 def _slot_init():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the session's to handle (see measure._worker_init)
     import tvm.rpc  # noqa: F401 - paid once per worker, not per candidate
 
 

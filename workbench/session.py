@@ -27,7 +27,7 @@ from .controller import StrategyController
 from .errors import WorkbenchError
 from .events import Event
 from .lifecycle import SessionLifecycle
-from .store import RecordStore, program_hash
+from .store import RecordStore, program_hash, release_session_lock, session_lock
 from .workloads import Workload, registry, workload_from_spec
 
 DEFAULT_DB = "workbench.db"
@@ -95,8 +95,10 @@ class TuningSession(SessionLifecycle):
                 preset=self.preset.name, preset_params=self.preset.to_dict(), seed=seed, trials=trials,
                 strategies=self.strategies, strategy_arg=_strategy_arg(strategy), versions=tvm_env.library_versions())
             self._resumed = False
+            self._lock = session_lock(self.store.path, self.session_id)
         else:
             self.session_id = _resume["id"]
+            self._lock = session_lock(self.store.path, self.session_id)  # refused while another process tunes it
             self.naive_latency_ms = _resume.get("naive_latency_ms")
             self._resumed = True
             if trials != _resume["trials"]:
@@ -349,6 +351,8 @@ class TuningSession(SessionLifecycle):
             self._seed_copies.add(program_hash(sch.mod))
 
     def _teardown(self) -> None:
+        release_session_lock(self._lock)
+        self._lock = None
         guard = getattr(self, "noise", None)
         if guard is not None:
             guard.close()

@@ -116,15 +116,53 @@ def program_hash(mod) -> str:
     return format(structural_hash(mod) & (2**64 - 1), "016x")
 
 
+def session_lock(db_path: str, session_id: int):
+    """Hold the lock of a session being tuned: an open lock file (``DB-session-N.lock``) with an exclusive
+    ``flock``. Another process that tries gets ``SessionRunningError``; the OS drops the lock when the holder
+    dies, so a killed session can be resumed at once. Release with ``release_session_lock``."""
+    import fcntl
+
+    from .errors import SessionRunningError
+
+    path = f"{db_path}-session-{session_id}.lock"
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        raise SessionRunningError(f"session {session_id} in {db_path!r} is still running in another process"
+                                  + (f" (pid {holder})" if holder else "")
+                                  + "; stop it (Ctrl-C) before resuming it") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def release_session_lock(lock) -> None:
+    if lock is None or lock.closed:
+        return
+    try:
+        os.remove(lock.name)
+    except FileNotFoundError:
+        pass
+    lock.close()
+
+
 def remove_store(path: str) -> None:
     """Delete a records store with its WAL and shared-memory files.
 
     Deleting only the main file leaves the old WAL beside the next store of that name, and SQLite then
     fails with "disk I/O error" part-way through (it did, 17 minutes into a benchmark).
     """
-    for suffix in ("", "-wal", "-shm"):
+    import glob
+
+    for p in [path + s for s in ("", "-wal", "-shm")] + glob.glob(glob.escape(path) + "-session-*.lock"):
         try:
-            os.remove(path + suffix)
+            os.remove(p)
         except FileNotFoundError:
             pass
 
