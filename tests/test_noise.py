@@ -230,3 +230,15 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path):
     assert len(best["confirm_secs"]) == 2 and best["confirm_spread"] is not None
     # the latency it reports is that re-measured median
     assert best["latency_ms"] == pytest.approx(float(np.median(best["confirm_secs"])) * 1e3)
+
+
+def test_noise_default_comes_from_the_environment_for_named_presets_only(monkeypatch):
+    from workbench.presets import PRESETS
+
+    monkeypatch.setenv("WORKBENCH_NOISE", "off")
+    assert get_preset("quick").noise == "off"
+    assert get_preset("quick", noise="wait").noise == "wait"  # an explicit choice wins
+    assert get_preset(PRESETS["quick"]).noise == "wait"  # a stored preset (a resumed session) keeps its own
+    monkeypatch.setenv("WORKBENCH_NOISE", "loud")
+    with pytest.raises(WorkbenchError, match="from WORKBENCH_NOISE"):
+        get_preset("faithful")

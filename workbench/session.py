@@ -507,11 +507,10 @@ class TuningSession(SessionLifecycle):
                                                                  c.args_info))
                 self._cross_seed(strategy, c.sch.trace, rec["run_secs"])
 
-        first_id = None
         try:
             with self.measurement_gate:
                 slow_before = self.noise.check_probe("before round")
-                first_id = self._last_record_id()
+                first_id = self.store.last_record_id(self.session_id)
                 if hasattr(self.runner, "run_many"):
                     self._measure_batch(props, builds, measured)
                 else:
@@ -565,10 +564,6 @@ class TuningSession(SessionLifecycle):
 
         items = [(builds[i].path, [tuple(int(x) for x in a.shape) for a in props[i][0].args_info]) for i in built]
         self.runner.run_many(items, on_result=on_result, proceed=proceed)
-
-    def _last_record_id(self) -> int:
-        r = self.store.conn.execute("SELECT MAX(id) FROM records WHERE session_id=?", (self.session_id,)).fetchone()
-        return r[0] or 0
 
     def _mark_round_noisy(self, after_id: int, reason: str) -> None:
         """The probe says the machine was slow around the round's timing: every record it timed is suspect."""

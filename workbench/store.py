@@ -291,6 +291,11 @@ class RecordStore:
         cols = ", ".join(f"{k}=?" for k in fields)
         self._write(f"UPDATE records SET {cols} WHERE id=?", (*fields.values(), record_id))
 
+    def last_record_id(self, session_id: int) -> int:
+        """The id of a session's latest record (0 for none)."""
+        r = self.conn.execute("SELECT MAX(id) FROM records WHERE session_id=?", (session_id,)).fetchone()
+        return r[0] or 0
+
     def mark_noisy(self, session_id: int, after_id: int) -> list[int]:
         """Mark a session's records after ``after_id`` noisy; returns the ids newly marked."""
         ids = [r[0] for r in self.conn.execute(
