@@ -197,7 +197,12 @@ def test_session_beside_a_hog_marks_its_records_noisy(tmp_path):
 
 
 @pytest.mark.slow
-def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path):
+def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path, monkeypatch):
+    import functools
+
+    # The load path alone: the probe's drift check is off here, since this host's own slow spells (which the
+    # probe path waits out) would make the outcome depend on the hour rather than on the hog.
+    monkeypatch.setattr(noise, "NoisePolicy", functools.partial(noise.NoisePolicy, max_probe_drift=1e9))
     db = str(tmp_path / "w.db")
     s = TuningSession(SMALL["matmul"], trials=8, trials_per_round=8, db=db, strategy="no-rewrite",
                       noise="wait", confirm_rounds=2)
@@ -218,13 +223,12 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path):
     finally:
         _stop(hogs)
     states = [e.data["state"] for e in events if e.kind == "measurement_noise"]
-    assert "waiting" in states and "quiet" in states, states
+    assert states[:3] == ["noisy", "waiting", "quiet"] and "remeasured" in states, states
     assert s.status == "finished" and s.trials_done == 8
     rec = s.records()
-    # what the hog disturbed was waited for and re-timed, not recorded as is; a record can still be marked noisy
-    # as a whole round when the probe finds the host itself slow (this machine's neighbours do that)
-    by_probe = {i for e in events if e.kind == "records_marked_noisy" for i in e.data["record_ids"]}
-    assert set(rec[rec["noisy"]]["id"]) <= by_probe, rec[["id", "trial", "noisy"]]
+    # what the hog disturbed was waited for and re-timed, not recorded as is
+    retimed = [e.data["trial"] for e in events if e.kind == "measurement_noise" and e.data["state"] == "remeasured"]
+    assert not rec[rec["trial"].isin(retimed)]["noisy"].any(), rec[["trial", "noisy"]]
     # the best was re-measured interleaved: one sample per confirmation round, and its spread stored
     best = RecordStore(db, readonly=True).record(int(rec[rec["is_best"]]["id"].iloc[-1]))
     assert len(best["confirm_secs"]) == 2 and best["confirm_spread"] is not None
