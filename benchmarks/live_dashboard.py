@@ -24,36 +24,24 @@ import argparse
 import glob
 import json
 import os
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out", "live_dashboard")
 RESULTS = os.path.join(ROOT, "docs", "results")
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 import _quiet  # noqa: E402
+from _lab import CHROMIUM, CHROMIUM_ARGS, serve_notebooks  # noqa: E402
 
 
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_headless(args, db: str) -> float:
@@ -68,36 +56,8 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
     """The quickstart in JupyterLab + Chromium, Start pressed, watched until finished; returns (db, seconds)."""
     from playwright.sync_api import sync_playwright
 
-    root = os.path.join(work, "lab")
-    shutil.copytree(os.path.join(ROOT, "notebooks"), root,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.db-wal", "*.db-shm"))
-    tmp = os.path.join(work, "tmp")
-    os.makedirs(tmp)
-    settings = os.path.join(work, "settings", "@jupyterlab", "apputils-extension")
-    os.makedirs(settings)
-    with open(os.path.join(settings, "notification.jupyterlab-settings"), "w") as f:
-        f.write('{"fetchNews": "false", "checkForUpdates": false}')
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, WORKBENCH_TRIALS=str(args.trials), WORKBENCH_WORKLOAD=args.workload,
-               WORKBENCH_INTERACTIVE="1", TMPDIR=tmp, JUPYTER_CONFIG_DIR=os.path.join(work, "config"),
-               JUPYTERLAB_WORKSPACES_DIR=os.path.join(work, "workspaces"),
-               JUPYTERLAB_SETTINGS_DIR=os.path.join(work, "settings"))
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-           "--ServerApp.port_retries=0"] + (["--allow-root"] if os.geteuid() == 0 else [])
-    lab_log = open(os.path.join(work, "jupyter.log"), "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=lab_log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start; see {work}/jupyter.log") from None
-                time.sleep(0.5)
+    env = {"WORKBENCH_TRIALS": str(args.trials), "WORKBENCH_WORKLOAD": args.workload, "WORKBENCH_INTERACTIVE": "1"}
+    with serve_notebooks(work, env) as (url, token):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
@@ -130,17 +90,7 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
             os.makedirs(OUT, exist_ok=True)
             dash.screenshot(path=os.path.join(OUT, shot))
             browser.close()
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        lab_log.close()
-    [db] = glob.glob(os.path.join(tmp, "workbench-*", "quickstart.db"))
+    [db] = glob.glob(os.path.join(work, "tmp", "workbench-*", "quickstart.db"))
     return db, seconds
 
 

@@ -1,79 +1,28 @@
 """The quickstart dashboard in a real JupyterLab, driven by headless Chromium, tuning for real."""
 
 import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from _lab import CHROMIUM, CHROMIUM_ARGS, serve_notebooks  # noqa: E402  (shared with live_dashboard.py)
+
 ARTIFACTS = os.path.join(ROOT, "test-artifacts", "browser")
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def lab(tmp_path):
     """A JupyterLab server on 127.0.0.1 serving a copy of notebooks/, with a token; stopped afterwards."""
-    root = tmp_path / "lab"
-    shutil.copytree(os.path.join(ROOT, "notebooks"), root,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.db-wal", "*.db-shm"))
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, WORKBENCH_TRIALS=os.environ.get("WORKBENCH_BROWSER_TRIALS", "64"),
-               WORKBENCH_WORKLOAD="matmul-128", WORKBENCH_INTERACTIVE="1", TMPDIR=str(tmp_path),
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-           "--ServerApp.port_retries=0"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    # no "Jupyter news?" toast over the dashboard (and no network calls for it)
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    env["JUPYTERLAB_SETTINGS_DIR"] = str(tmp_path / "settings")
-    log = open(tmp_path / "jupyter.log", "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"JupyterLab did not start; see {tmp_path / 'jupyter.log'}")
-            time.sleep(0.5)
+    env = {"WORKBENCH_TRIALS": os.environ.get("WORKBENCH_BROWSER_TRIALS", "64"), "WORKBENCH_WORKLOAD": "matmul-128",
+           "WORKBENCH_INTERACTIVE": "1"}
+    with serve_notebooks(str(tmp_path), env) as (url, token):
         yield url, token
-    finally:
-        # the server, its kernel and the kernel's build/run workers share the session we started
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
 
 
 def _wait(cond, timeout, what):
