@@ -163,8 +163,12 @@ class Featurizer:
     extracted on all cores even when the search itself runs on one thread.
     """
 
-    def __init__(self, context=None, cache_size: int = 20000):
+    def __init__(self, context=None, cache_size: int = 20000, strategy_onehot: bool = True):
         from tvm.s_tir import meta_schedule as ms
+
+        # Off: the one-hot columns stay zero, so one model ranks every strategy's programs by their loop
+        # features alone (the AL-Ansor ablation "no strategy one-hot").
+        self.strategy_onehot = strategy_onehot
 
         self.extractor = ms.feature_extractor.PerStoreFeature()
         self.context = context
@@ -200,7 +204,8 @@ class Featurizer:
     def __call__(self, ctx, candidates, strategy: str) -> list[np.ndarray]:
         raw = self._raw(ctx, candidates)
         onehot = np.zeros(N_STRATEGIES, np.float32)
-        onehot[layouts.STRATEGY_INDEX[strategy]] = 1.0
+        if self.strategy_onehot:
+            onehot[layouts.STRATEGY_INDEX[strategy]] = 1.0
         out = []
         for a in raw:
             if a.shape[0] == 0:  # a program with no stores: give it one zero row so it still has a score
