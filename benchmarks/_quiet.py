@@ -314,6 +314,9 @@ class Protocol:
             r = {"error": str(e), "threads": self.threads}
         r["time"] = time.strftime("%Y-%m-%d %H:%M:%S")
         self.probes[when] = r
+        if r.get("median_ms"):
+            self.best_probe_ms = min(self.best_probe_ms or r["median_ms"], r["median_ms"])
+            _save_reference(self.reference, self.threads, self.best_probe_ms)
         return r
 
     def start(self) -> None:
@@ -323,9 +326,25 @@ class Protocol:
     def finish(self) -> None:
         self.probe("after")
 
+    def slow_in_hindsight(self) -> list:
+        """Phases that passed their check against the fastest probe reading known *then*, but whose reading is
+        more than ``max_probe_drift`` slower than the fastest seen by the end of the run: on a new machine (no
+        reference yet) or after a slow spell, the first readings can set a slow baseline, and a run must not
+        count as valid because the host was slow from its start."""
+        best, limit = self.best_probe_ms, noise.NoisePolicy().max_probe_drift
+        if not best:
+            return []
+        out = [{"phase": c["phase"], "probe_ms": c["probe_ms"], "drift": round(c["probe_ms"] / best - 1, 4)}
+               for c in self.checks if c.get("probe_ms") and c["probe_ms"] / best - 1 > limit and c["quiet"]]
+        for when, r in self.probes.items():
+            ms = (r or {}).get("median_ms")
+            if ms and ms / best - 1 > limit:
+                out.append({"phase": f"probe {when}", "probe_ms": ms, "drift": round(ms / best - 1, 4)})
+        return out
+
     @property
     def valid(self) -> bool:
-        return all(c["quiet"] for c in self.checks)
+        return all(c["quiet"] for c in self.checks) and not self.slow_in_hindsight()
 
     def summary(self) -> dict:
         probe = dict(self.probes)
@@ -334,6 +353,7 @@ class Protocol:
         probe.setdefault("after", None)
         probe["drift"] = round(a / b - 1, 4) if a and b else None
         return {"name": self.name, "valid": self.valid, "forced": self.force, "threshold_cores": self.threshold,
+                "probe_best_ms": self.best_probe_ms, "slow_in_hindsight": self.slow_in_hindsight(),
                 "checks": list(self.checks), "probe": probe, "threads": self.threads,
                 "thread_env": list(THREAD_VARS), "git": self.git, "command": self.command,
                 "started": self.started, "wall_s": round(time.monotonic() - self._t0, 1)}
@@ -368,6 +388,13 @@ def summary_markdown(s: dict | None) -> str:
                    + (", and the calibration probe within "
                       f"{100 * pol.max_probe_drift:.0f}% of its best on this machine)" if any(
                           "host_ok" in c for c in checks) else ")"))
+    elif not failed and s.get("slow_in_hindsight"):
+        late = s["slow_in_hindsight"]
+        worst = max(late, key=lambda c: c["drift"])
+        verdict = (f"**INVALID**: the host was slow for part of the run, seen in hindsight: the calibration probe "
+                   f"reached {s['probe_best_ms']:.3f} ms later in the run, so {len(late)} reading(s) that passed "
+                   f"against the best known then were more than {100 * pol.max_probe_drift:.0f}% slower (worst "
+                   f"{worst['probe_ms']:.3f} ms, {100 * worst['drift']:+.0f}%, at {worst['phase']})")
     else:
         worst = max(failed, key=lambda c: c["other_cores"]) if failed else None
         verdict = (f"**INVALID**: {len(failed)} of {len(checks)} quiet checks failed and the run was forced "

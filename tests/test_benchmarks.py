@@ -205,6 +205,25 @@ def test_protocol_is_valid_on_a_quiet_machine_and_records_run_facts(monkeypatch)
     assert "not recorded" in _quiet.summary_markdown(None)  # a page from before the protocol says so
 
 
+def test_protocol_run_that_started_on_a_slow_host_is_invalid_in_hindsight(monkeypatch, tmp_path):
+    # a new machine (no reference) whose host is slow at the start: every check passes against the best known
+    # then, and only the probe after the run shows how fast the host really is
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
+    probes = iter([0.74, 0.74, 0.72, 0.50])  # phase "start", probe before, phase "tuning x", probe after
+    monkeypatch.setattr(_quiet, "probe_reading", lambda threads: {"median_ms": next(probes), "spread": 0.02,
+                                                                  "wait_fraction": 0.0, "threads": threads})
+    ref = str(tmp_path / "probe_reference.json")
+    p = _quiet.Protocol("test", 2, seconds=0.01, reference=ref)
+    p.start()
+    assert p.phase("tuning x")["quiet"] is True
+    p.finish()
+    s = p.summary()
+    assert s["valid"] is False and s["probe_best_ms"] == 0.50
+    assert [c["phase"] for c in s["slow_in_hindsight"]] == ["start", "tuning x", "probe before"]
+    assert "the host was slow for part of the run, seen in hindsight" in p.markdown()
+    assert json.load(open(ref)) == {"2": 0.50}  # the next run checks against the host at its best
+
+
 def test_protocol_stops_between_phases_after_a_bounded_wait(monkeypatch, capsys):
     loads = itertools.chain([0.0], itertools.repeat(1.5))
     monkeypatch.setattr(_quiet.noise, "machine_load",
