@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from workbench.controller import StrategyController
+from workbench import presets
+from workbench.controller import POLICIES, StrategyController, make_policy
 from workbench.errors import WorkbenchError
 
 S = ["no-rewrite", "transform-stage", "pre-transformed"]
@@ -28,8 +29,8 @@ def test_warm_up_gives_every_strategy_one_round_in_order():
     assert chosen == [(s, "controller", True) for s in S]
 
 
-def test_ucb_exploits_the_improving_strategy_and_scores_every_arm():
-    c = StrategyController(S, "auto", prune_after=100)
+def test_ucb_gain_exploits_the_improving_strategy_and_scores_every_arm():
+    c = StrategyController(S, "auto", "ucb-gain", prune_after=100)
     best = None
     lat = {"no-rewrite": 3.0, "transform-stage": 2.0, "pre-transformed": 2.5}
     for s in S:
@@ -53,7 +54,7 @@ def test_ucb_exploits_the_improving_strategy_and_scores_every_arm():
 
 
 def test_exploration_bonus_revisits_a_neglected_arm():
-    c = StrategyController(["a", "b"], "auto", gamma=0.8, c=2.0, prune_after=100)
+    c = StrategyController(["a", "b"], "auto", "ucb-gain", gamma=0.8, c=2.0, prune_after=100)
     c.observe("a", 1.0, None, 16)
     c.observe("b", 1.0, 1.0, 16)
     for _ in range(8):
@@ -61,8 +62,8 @@ def test_exploration_bonus_revisits_a_neglected_arm():
     assert c.choose().strategy == "b"
 
 
-def test_prunes_strategies_far_behind_but_never_the_last():
-    c = StrategyController(S, "auto", prune_after=2, prune_ratio=1.3)
+def test_ucb_gain_prunes_strategies_far_behind_but_never_the_last():
+    c = StrategyController(S, "auto", "ucb-gain", prune_after=2, prune_ratio=1.3)
     for _ in range(2):
         c.observe("no-rewrite", 1.0e-3, 1e-3, 16)
         c.observe("transform-stage", 2.0e-3, 1e-3, 16)
@@ -70,7 +71,7 @@ def test_prunes_strategies_far_behind_but_never_the_last():
     assert c.arms["transform-stage"].pruned
     assert not c.arms["pre-transformed"].pruned and not c.arms["no-rewrite"].pruned
     assert "transform-stage" not in c.live()
-    solo = StrategyController(["x", "y"], "auto", prune_after=1)
+    solo = StrategyController(["x", "y"], "auto", "ucb-gain", prune_after=1)
     solo.observe("x", 1e-3, None, 1)
     solo.mark_exhausted("x")
     solo.observe("y", 5e-3, 1e-3, 1)  # far behind, but the only strategy left
@@ -98,8 +99,8 @@ def test_round_robin_and_fixed_modes():
     assert f.mode == "fixed" and f.choose().strategy == "no-rewrite"
 
 
-def test_model_guidance_breaks_ties_towards_predicted_gain():
-    c = StrategyController(["a", "b"], "auto", lam=0.5, prune_after=100)
+def test_ucb_gain_model_guidance_breaks_ties_towards_predicted_gain():
+    c = StrategyController(["a", "b"], "auto", "ucb-gain", lam=0.5, prune_after=100)
     c.observe("a", 1e-3, None, 16, predicted_mean=0.2, model_trained=True)
     c.observe("b", 1e-3, 1e-3, 16, predicted_mean=0.9, model_trained=True)
     s = c.scores()
@@ -113,3 +114,74 @@ def test_exhausted_strategies_are_skipped_and_none_left_means_stop():
     assert c.choose().strategy == "b"
     c.mark_exhausted("b")
     assert c.choose() is None
+
+
+def _feed(c, results_ms):
+    """observe() rounds of given deployment latencies (ms) for the named arms, in order."""
+    best = None
+    for s, lat in results_ms:
+        c.observe(s, lat / 1e3, None if best is None else best / 1e3, 8)
+        best = lat if best is None else min(best, lat)
+
+
+def test_optimistic_best_is_the_default_and_exploits_the_best_arm():
+    c = StrategyController(S, "auto")
+    assert c.policy.name == "optimistic-best"
+    _feed(c, [("no-rewrite", 2.0), ("transform-stage", 3.0), ("pre-transformed", 2.6)])
+    # 2.6 ms vs 2.0 ms is 23 % behind: more than a one-round arm's bonus at three rounds
+    assert c.choose().strategy == "no-rewrite"
+    s = c.scores()
+    assert s["no-rewrite"] > s["pre-transformed"] > s["transform-stage"]
+
+
+def test_optimistic_best_does_not_starve_a_close_arm_that_was_tried_less():
+    c = StrategyController(["a", "b"], "auto", c=0.2)
+    _feed(c, [("a", 1.0), ("b", 1.05)] + [("a", 1.0)] * 8)  # a was played 9 times and found nothing better
+    assert c.choose().strategy == "b"  # b is 5 % behind, tried once: its bonus outweighs the gap
+    c2 = StrategyController(["a", "b"], "auto", c=0.2)
+    _feed(c2, [("a", 1.0), ("b", 1.05), ("b", 1.05)])  # both new: the better one wins
+    assert c2.choose().strategy == "a"
+
+
+def test_optimistic_best_never_prunes_and_scores_an_arm_without_a_valid_program_lowest():
+    c = StrategyController(S, "auto")
+    for _ in range(5):
+        c.observe("no-rewrite", 1e-3, 1e-3, 8)
+        c.observe("transform-stage", 5e-3, 1e-3, 8)
+        assert c.observe("pre-transformed", None, 1e-3, 8) == []
+    assert c.live() == S
+    s = c.scores()
+    assert s["pre-transformed"] == 0.0 < s["transform-stage"] < s["no-rewrite"]
+
+
+def test_optimistic_best_guidance_follows_the_model_and_lam_zero_ignores_it():
+    for lam, expect in ((0.5, "b"), (0.0, "a")):
+        c = StrategyController(["a", "b"], "auto", lam=lam)
+        c.observe("a", 1.0e-3, None, 8, predicted_mean=0.3, model_trained=True)
+        c.observe("b", 1.02e-3, 1e-3, 8, predicted_mean=0.9, model_trained=True)
+        assert c.choose().strategy == expect, lam
+
+
+def test_uniform_policy_mixes_every_arm_reproducibly_and_never_prunes():
+    def picks(seed):
+        c = StrategyController(S, "auto", make_policy("uniform", seed=seed))
+        out = []
+        for i in range(300):
+            d = c.choose()
+            out.append(d.strategy)
+            c.observe(d.strategy, (1.0 if d.strategy == "no-rewrite" else 9.0) * 1e-3, 1e-3, 8)
+        return out, c
+    a, c = picks(0)
+    assert a == picks(0)[0] and a != picks(1)[0]
+    counts = [a.count(s) for s in S]
+    assert min(counts) > 70, counts  # 100 each expected; a far-behind arm still gets its share
+    assert c.live() == S
+
+
+def test_unknown_policy_is_a_clear_error():
+    with pytest.raises(WorkbenchError, match="unknown controller policy"):
+        make_policy("greedy")
+    with pytest.raises(WorkbenchError, match="unknown controller policy"):
+        StrategyController(S, "auto", "greedy")
+    with pytest.raises(WorkbenchError, match="valid: " + ", ".join(POLICIES)):
+        presets.get("quick", controller_policy="greedy")

@@ -3,32 +3,46 @@
 Modes
   fixed        one strategy
   round-robin  strategies in turn (``--strategy all``: for comparisons)
-  auto         AL-Ansor's adaptive choice: a warm-up round per strategy, then a
-               discounted-UCB bandit on per-round improvement, optionally guided by
-               the shared cost model's predictions; strategies that stay far behind
-               are pruned
+  auto         AL-Ansor's adaptive choice: a warm-up round per strategy, then the arm
+               with the highest score under the session's arm policy
   manual       the person picks (``pick(name)``); ``auto()`` hands back
 
-Reward of a round for strategy a: r = min(1.5, L*_prev / l_round), where L*_prev
-is the best deployment latency over all strategies before the round and l_round
-the best latency the round found (0 if it found nothing valid). Rewards are
-discounted by gamma each round, so a strategy that stopped improving loses
-priority (rewards are non-stationary). Score:
+Arm policies (``Preset.controller_policy``; see ``POLICIES``)
 
-    score_a = Q_a + c * sqrt(ln N / n_a) + lam * P_a
+``optimistic-best`` (default). What decides a session's result is the deployment
+latency of the best program any strategy found, so an arm is scored by its own
+best deployment latency ``b_a`` relative to the global best ``g``, made optimistic
+by how little it has been tried::
 
-with Q_a the discounted mean reward, n_a the discounted number of rounds, N
-their sum, and P_a the mean predicted score of the strategy's last proposals
-relative to the best strategy's (0 until the model is trained). A strategy with
-at least ``prune_after`` rounds whose best is more than ``prune_ratio`` times the
-global best is pruned (never in manual mode, and never the last one).
+    score_a = (g / b_a) * (1 + c * sqrt(ln R / r_a)) * (1 + lam * (P_a / P_max - 1))
+
+with ``r_a`` the arm's rounds, ``R`` all rounds, ``P_a`` the shared cost model's
+mean predicted score of the arm's last proposals (the model's labels are
+throughput relative to the best program, so ``P_a`` estimates how close the arm's
+next round gets to the best; the factor is 1 until the model is trained). An arm
+that starts slowly keeps a bonus that shrinks only as it is tried, so it is not
+starved before it gets going; nothing is pruned.
+
+``ucb-gain``: a discounted UCB on a per-round reward ``min(1.5, L*_prev / l_round)``
+(``L*_prev`` the global best before the round, ``l_round`` the round's best, 0 if
+it found nothing valid), discounted by ``gamma`` each round::
+
+    score_a = Q_a + c * sqrt(ln N / n_a) + lam * P_a / P_max
+
+and an arm with at least ``prune_after`` rounds whose best is more than
+``prune_ratio`` times the global best is pruned (never the last one).
+
+``uniform``: every live arm equally likely each round, no pruning (the ablation
+"uniform arm mix": the shared model and cross-seeding without the choice).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import threading
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .errors import WorkbenchError
 
@@ -54,19 +68,155 @@ class Decision:
     reason: str = ""
 
 
+class ArmPolicy(Protocol):
+    """How the auto mode ranks strategies after warm-up.
+
+    ``scores(arms, live)`` returns a finite score per live arm, higher is better; the
+    controller picks the highest (ties: the earlier strategy). ``reward(...)`` folds a
+    finished round into ``arm`` (the controller has already updated its rounds,
+    trials, best and prediction). ``prune(arms, live)`` names arms to drop now; it
+    never names every live arm. Policies hold no lock: the controller calls them
+    under its own.
+    """
+
+    name: str
+
+    def reward(self, arms: dict, arm: ArmState, round_best_s: float | None, global_best_prev_s: float | None) -> None: ...
+
+    def scores(self, arms: dict, live: list) -> dict: ...
+
+    def prune(self, arms: dict, live: list) -> list: ...
+
+
+def _guide_ratio(arms: dict, live: list, s: str) -> float | None:
+    preds = [arms[x].predicted for x in live if arms[x].predicted is not None]
+    pmax = max(preds) if preds else None
+    p = arms[s].predicted
+    return (p / pmax) if (pmax and pmax > 0 and p is not None) else None
+
+
+class OptimisticBestPolicy:
+    name = "optimistic-best"
+
+    def __init__(self, c: float = 0.2, lam: float = 0.3):
+        self.c, self.lam = c, lam
+
+    def reward(self, arms, arm, round_best_s, global_best_prev_s) -> None:
+        pass  # the score reads the arms' bests directly
+
+    def scores(self, arms, live) -> dict:
+        g = min(arms[s].best_s for s in live) if live else math.inf
+        total = sum(arms[s].rounds for s in live)
+        out = {}
+        for s in live:
+            a = arms[s]
+            if a.rounds == 0:
+                out[s] = math.inf
+                continue
+            speed = (g / a.best_s) if math.isfinite(a.best_s) and math.isfinite(g) else 0.0
+            bonus = self.c * math.sqrt(max(0.0, math.log(max(total, 1))) / a.rounds)
+            ratio = _guide_ratio(arms, live, s)
+            guide = 1.0 + self.lam * (ratio - 1.0) if ratio is not None else 1.0
+            out[s] = speed * (1.0 + bonus) * guide
+        return out
+
+    def prune(self, arms, live) -> list:
+        return []
+
+
+class UCBGainPolicy:
+    name = "ucb-gain"
+
+    def __init__(self, gamma: float = 0.8, c: float = 0.5, lam: float = 0.3, prune_after: int = 3,
+                 prune_ratio: float = 1.3):
+        self.gamma, self.c, self.lam = gamma, c, lam
+        self.prune_after, self.prune_ratio = prune_after, prune_ratio
+
+    def reward(self, arms, arm, round_best_s, global_best_prev_s) -> None:
+        if global_best_prev_s is None or not math.isfinite(global_best_prev_s):
+            r = 1.0 if round_best_s else 0.0
+        elif round_best_s:
+            r = min(1.5, global_best_prev_s / round_best_s)
+        else:
+            r = 0.0
+        for a in arms.values():
+            a.disc_n *= self.gamma
+            a.disc_reward *= self.gamma
+        arm.disc_n += 1.0
+        arm.disc_reward += r
+
+    def scores(self, arms, live) -> dict:
+        total = sum(arms[s].disc_n for s in live) or 1.0
+        out = {}
+        for s in live:
+            a = arms[s]
+            if a.disc_n <= 0:
+                out[s] = math.inf
+                continue
+            q = a.disc_reward / a.disc_n
+            bonus = self.c * math.sqrt(max(0.0, math.log(max(total, 1.0))) / a.disc_n)
+            ratio = _guide_ratio(arms, live, s)
+            out[s] = q + bonus + (self.lam * ratio if ratio is not None else 0.0)
+        return out
+
+    def prune(self, arms, live) -> list:
+        gbest = min(a.best_s for a in arms.values())
+        out = []
+        for s in live:
+            a = arms[s]
+            if a.rounds >= self.prune_after and len(live) - len(out) > 1 and a.best_s > self.prune_ratio * gbest:
+                out.append(s)
+        return out
+
+
+class UniformPolicy:
+    name = "uniform"
+
+    def __init__(self, seed: int = 0):
+        self._rng = random.Random(seed)
+
+    def reward(self, arms, arm, round_best_s, global_best_prev_s) -> None:
+        pass
+
+    def scores(self, arms, live) -> dict:
+        return {s: self._rng.random() for s in live}
+
+    def prune(self, arms, live) -> list:
+        return []
+
+
+POLICIES = {p.name: p for p in (OptimisticBestPolicy, UCBGainPolicy, UniformPolicy)}
+DEFAULT_POLICY = OptimisticBestPolicy.name
+
+
+def make_policy(name: str, c: float | None = None, lam: float | None = None, seed: int = 0) -> ArmPolicy:
+    if name not in POLICIES:
+        raise WorkbenchError(f"unknown controller policy {name!r}; valid: {', '.join(POLICIES)}")
+    if name == UniformPolicy.name:
+        return UniformPolicy(seed)
+    kw = {k: v for k, v in (("c", c), ("lam", lam)) if v is not None}
+    return POLICIES[name](**kw)
+
+
 class StrategyController:
-    def __init__(self, strategies: list[str], mode: str = "auto", gamma: float = 0.8, c: float = 0.5,
-                 lam: float = 0.3, prune_after: int = 3, prune_ratio: float = 1.3):
+    def __init__(self, strategies: list[str], mode: str = "auto", policy: ArmPolicy | str | None = None,
+                 **policy_params):
+        """``policy``: an ArmPolicy, a name from POLICIES (with its constructor's parameters as keywords,
+        e.g. ``c``, ``lam``, ``prune_after``) or None for the default."""
         if not strategies:
             raise WorkbenchError("the controller needs at least one strategy")
         if mode not in ("auto", "round-robin", "fixed", "manual"):
             raise WorkbenchError(f"unknown controller mode {mode!r}")
+        if policy is None or isinstance(policy, str):
+            name = policy or DEFAULT_POLICY
+            if name not in POLICIES:
+                raise WorkbenchError(f"unknown controller policy {name!r}; valid: {', '.join(POLICIES)}")
+            policy = POLICIES[name](**policy_params)
+        self.policy = policy
         self.strategies = list(strategies)
         self.arms = {s: ArmState() for s in strategies}
         self.mode = "fixed" if len(strategies) == 1 else mode
         self._auto_mode = self.mode if self.mode != "manual" else "auto"
-        self.gamma, self.c, self.lam = gamma, c, lam
-        self.prune_after, self.prune_ratio = prune_after, prune_ratio
         self._manual: str | None = None
         self._rr = 0
         self._lock = threading.Lock()
@@ -95,7 +245,7 @@ class StrategyController:
             if self.mode == "manual" and self._manual:
                 if self.arms[self._manual].exhausted:
                     return None if not live else self._decide_auto(live)
-                d = Decision(self._manual, "user", "manual", self.scores(live), "picked by the user")
+                d = Decision(self._manual, "user", "manual", self._scores(live), "picked by the user")
             elif not live:
                 return None
             elif self.mode == "fixed":
@@ -110,78 +260,52 @@ class StrategyController:
             return d
 
     def _decide_auto(self, live) -> Decision:
+        scores = self._scores(live)
         cold = [s for s in live if self.arms[s].rounds == 0]
         if cold:
-            return Decision(cold[0], "controller", "auto", self.scores(live), "warm-up: every strategy gets a first round")
-        scores = self.scores(live)
+            return Decision(cold[0], "controller", "auto", scores, "warm-up: every strategy gets a first round")
         best = max(live, key=lambda s: (scores[s], -self.strategies.index(s)))
-        return Decision(best, "controller", "auto", scores, f"highest UCB score {scores[best]:.3f}")
+        return Decision(best, "controller", "auto", scores, f"highest {self.policy.name} score {scores[best]:.3f}")
+
+    def _scores(self, live) -> dict:
+        return self.policy.scores(self.arms, live)
 
     def scores(self, live=None) -> dict:
-        live = live if live is not None else self.live()
-        total = sum(self.arms[s].disc_n for s in live) or 1.0
-        preds = [self.arms[s].predicted for s in live if self.arms[s].predicted is not None]
-        pmax = max(preds) if preds else None
-        out = {}
-        for s in live:
-            a = self.arms[s]
-            if a.disc_n <= 0:
-                out[s] = math.inf
-                continue
-            q = a.disc_reward / a.disc_n
-            bonus = self.c * math.sqrt(max(0.0, math.log(max(total, 1.0))) / a.disc_n)
-            guide = self.lam * (a.predicted / pmax) if (pmax and a.predicted is not None and pmax > 0) else 0.0
-            out[s] = q + bonus + guide
-        return out
+        with self._lock:
+            return self._scores(live if live is not None else self.live())
 
     # ---- feedback ----
     def observe(self, strategy: str, round_best_s: float | None, global_best_prev_s: float | None,
                 trials: int, predicted_mean: float | None = None, model_trained: bool = False) -> list[str]:
-        """Record a finished round; returns the strategies pruned by it."""
+        """Record a finished round (latencies in seconds, deployment latency of the strategy); returns the
+        strategies pruned by it."""
         with self._lock:
-            if global_best_prev_s is None or not math.isfinite(global_best_prev_s):
-                reward = 1.0 if round_best_s else 0.0
-            elif round_best_s:
-                reward = min(1.5, global_best_prev_s / round_best_s)
-            else:
-                reward = 0.0
-            for a in self.arms.values():
-                a.disc_n *= self.gamma
-                a.disc_reward *= self.gamma
             arm = self.arms[strategy]
-            arm.disc_n += 1.0
-            arm.disc_reward += reward
             arm.rounds += 1
             arm.trials += trials
             if round_best_s:
                 arm.best_s = min(arm.best_s, round_best_s)
             if model_trained and predicted_mean is not None:
                 arm.predicted = predicted_mean
-            return self._prune()
+            self.policy.reward(self.arms, arm, round_best_s, global_best_prev_s)
+            if self.mode != "auto":
+                return []
+            pruned = self.policy.prune(self.arms, self.live())
+            for s in pruned:
+                self.arms[s].pruned = True
+            return pruned
 
     def mark_exhausted(self, strategy: str) -> None:
         with self._lock:
             self.arms[strategy].exhausted = True
 
-    def _prune(self) -> list[str]:
-        if self.mode != "auto":
-            return []
-        gbest = min(a.best_s for a in self.arms.values())
-        pruned = []
-        for s, a in self.arms.items():
-            if a.pruned or a.rounds < self.prune_after or len(self.live()) <= 1:
-                continue
-            if a.best_s > self.prune_ratio * gbest:
-                a.pruned = True
-                pruned.append(s)
-        return pruned
-
     def state(self) -> dict:
         with self._lock:
             return {
                 "mode": self.mode,
+                "policy": self.policy.name,
                 "manual": self._manual,
-                "scores": self.scores(),
+                "scores": self._scores(self.live()),
                 "arms": {s: {"rounds": a.rounds, "trials": a.trials, "best_ms": a.best_s * 1e3 if math.isfinite(a.best_s) else None,
                              "pruned": a.pruned, "exhausted": a.exhausted} for s, a in self.arms.items()},
                 "last": None if self.last is None else self.last.__dict__,

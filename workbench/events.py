@@ -12,7 +12,9 @@ Kinds and their ``data``:
   candidate_measured   record (the stored row, without trace/features; with noisy, noise, cv, confirm_secs,
                        confirm_spread), new_best, strategy_best
   new_best             record_id, trial, strategy, latency_ms, gflops, verified
-  round_finished       round, strategy, measured, errors, round_best_ms, best_ms
+  round_finished       round, strategy, measured, errors, round_best_ms, best_ms, pruned, controller (its state),
+                       phase_seconds {search, features, build, measure, cross_seed, train}: the round's wall time
+                       per phase of the loop
   model_trained        round, n_samples, seconds, boost_rounds
   controller_decision  round, strategy, chosen_by, mode, scores, reason, pruned
   paused / resumed     trials_done

@@ -50,6 +50,13 @@ class Preset:
     # the incumbents before it is declared best (0: none).
     noise: str = "wait"
     confirm_rounds: int = 3
+    # Multi-strategy sessions in auto mode: the controller's arm policy (controller.POLICIES) and its
+    # exploration weight c and model-guidance weight lam (None: the policy's own default).
+    controller_policy: str = "optimistic-best"
+    controller_c: float | None = None
+    controller_lam: float | None = None
+    # The strategy one-hot in the shared cost model's features (off only for the AL-Ansor ablation).
+    strategy_onehot: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,6 +99,10 @@ def get(name, **overrides) -> Preset:
     if p.noise not in ("wait", "mark", "off"):
         raise WorkbenchError(f"noise must be one of wait, mark, off; got {p.noise!r}"
                              + (f" (from {NOISE_ENV})" if os.environ.get(NOISE_ENV) == p.noise else ""))
+    from .controller import POLICIES
+
+    if p.controller_policy not in POLICIES:
+        raise WorkbenchError(f"unknown controller policy {p.controller_policy!r}; valid: {', '.join(POLICIES)}")
     if isinstance(p.confirm_rounds, bool) or not isinstance(p.confirm_rounds, int) or p.confirm_rounds < 0:
         raise WorkbenchError(f"confirm_rounds must be a non-negative integer, got {p.confirm_rounds!r}")
     return p

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import cost_model as cm
 from . import layouts, measure, noise, presets, space, tvm_env
-from .controller import StrategyController
+from .controller import StrategyController, make_policy
 from .errors import WorkbenchError
 from .events import Event
 from .lifecycle import SessionLifecycle
@@ -52,6 +52,12 @@ def _mode_for(strategy, names) -> str:
     return "round-robin"
 
 
+# The loop's phases, timed per round: the evolutionary search, feature extraction + prediction of its
+# proposals, compilation, timing + verification (with the noise checks), replaying measured programs into
+# the other strategies' searches, retraining the cost model.
+PHASES = ("search", "features", "build", "measure", "cross_seed", "train")
+
+
 class TuningSession(SessionLifecycle):
     def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
                  db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
@@ -71,7 +77,9 @@ class TuningSession(SessionLifecycle):
         self.trials = trials
         self.seed = seed
         self.strategies = layouts.parse_strategies(strategy, self.workload)
-        self.controller = StrategyController(self.strategies, _mode_for(strategy, self.strategies))
+        self.controller = StrategyController(
+            self.strategies, _mode_for(strategy, self.strategies),
+            make_policy(self.preset.controller_policy, self.preset.controller_c, self.preset.controller_lam, seed))
         # RPC: runner="rpc://HOST:PORT/KEY" (or any object with measure.Runner's methods); checked before
         # a session row exists, so an unreachable tracker leaves nothing behind.
         if runner is not None and runner != "local" and isinstance(runner, str):
@@ -89,6 +97,8 @@ class TuningSession(SessionLifecycle):
         self.best_by_strategy: dict = {}
         self.naive_latency_ms: float | None = None
         self._elapsed_offset = 0.0
+        # Wall seconds per phase of the loop in this process (the profile behind "where does a round go").
+        self.phase_seconds: dict = {k: 0.0 for k in PHASES}
         if _resume is None:
             self.session_id = self.store.create_session(
                 workload=self.workload.name, spec=self.workload.spec(), target=self.target_dict,
@@ -170,6 +180,7 @@ class TuningSession(SessionLifecycle):
             "speedup_vs_naive": (self.naive_latency_ms / best["latency_ms"]) if (best and self.naive_latency_ms) else None,
             "verified": bool(best and best["verified"]),
             "tuning_seconds": round(self._elapsed(), 2),
+            "phase_seconds": {k: round(v, 2) for k, v in self.phase_seconds.items()},
             "noisy": int(rec["noisy"].sum()) if len(rec) else 0,
             "best_spread": best.get("confirm_spread") if best else None,
             "strategies": per,
@@ -221,7 +232,8 @@ class TuningSession(SessionLifecycle):
             seed=self.seed, max_rounds=p.xgb_max_rounds, early_stop=p.xgb_early_stop, warmup=p.warmup_samples,
             nthread=tvm_env.available_cores())
         self.featurizer = cm.Featurizer(space.tune_context(w, self.target, "no-rewrite", p, self.seed, search=False,
-                                                           threads=tvm_env.available_cores()))
+                                                           threads=tvm_env.available_cores()),
+                                        strategy_onehot=p.strategy_onehot)
         self._ctx_strategy: dict = {}
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
         self.builder = self._shared_builder or measure.Builder(self.target_dict, workers=self.builder_workers,
@@ -476,17 +488,24 @@ class TuningSession(SessionLifecycle):
 
         w = self.workload
         ctx = self.contexts[strategy]
+        round_phases = {k: 0.0 for k in PHASES}
         t_prop = time.time()
         props = self._propose(strategy, n)
+        round_phases["search"] = time.time() - t_prop
         if not props:
+            self._add_phases(round_phases)
             return None
         cands = [c for c, _, _ in props]
+        t = time.time()
         feats = self.featurizer(ctx, cands, strategy)
         preds = self.model.predict(feats)
+        round_phases["features"] = time.time() - t
         self._emit("candidates_proposed", round=self.round, strategy=strategy,
                    candidates=[{"index": i, "predicted_score": float(p), "mod_hash": h}
                                for i, (p, (_, h, _)) in enumerate(zip(preds, props))])
+        t = time.time()
         builds = self.builder.build([m for _, _, m in props])
+        round_phases["build"] = time.time() - t
         global_prev = self.best["latency_ms"] / 1e3 if self.best else None
         measured_c, results = [], []
         round_best = None
@@ -505,8 +524,11 @@ class TuningSession(SessionLifecycle):
                 db, wl = self.ms_dbs[strategy]
                 db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, wl, rec["run_secs"], self.target,
                                                                  c.args_info))
+                t_seed = time.time()
                 self._cross_seed(strategy, c.sch.trace, rec["run_secs"])
+                round_phases["cross_seed"] += time.time() - t_seed
 
+        t_measure = time.time()
         try:
             with self.measurement_gate:
                 slow_before = self.noise.check_probe("before round")
@@ -527,10 +549,13 @@ class TuningSession(SessionLifecycle):
             for b in builds:
                 if b.path not in kept:
                     self.builder.discard(b.path)
+        round_phases["measure"] = time.time() - t_measure - round_phases["cross_seed"]
         if measured_c:
             ctx.notify_runner_results(measured_c, results)
         t = time.time()
         trained = self.model.train()
+        round_phases["train"] = time.time() - t
+        self._add_phases(round_phases)
         if trained:
             self._emit("model_trained", round=self.round, n_samples=self.model.n_samples,
                        seconds=round(time.time() - t, 3), boost_rounds=self.model.last_train_rounds)
@@ -540,8 +565,13 @@ class TuningSession(SessionLifecycle):
                                          model_trained=self.model.booster is not None)
         self._emit("round_finished", round=self.round, strategy=strategy, measured=len(measured_c), errors=errors,
                    round_best_ms=None if round_best is None else round_best * 1e3, best_ms=self._best_ms(),
-                   pruned=pruned, controller=self.controller.state())
+                   pruned=pruned, controller=self.controller.state(),
+                   phase_seconds={k: round(v, 3) for k, v in round_phases.items()})
         return len(measured_c)
+
+    def _add_phases(self, round_phases: dict) -> None:
+        for k, v in round_phases.items():
+            self.phase_seconds[k] += v
 
     def _measure_batch(self, props, builds, measured) -> None:
         """Several candidates in flight at once (an RPC runner's servers); each is recorded as it finishes."""
