@@ -1,25 +1,37 @@
-"""AL-Ansor reproduction: adaptive layout strategy vs each fixed strategy at equal trials.
+"""AL-Ansor reproduction: the adaptive layout controller vs each fixed strategy at equal trials.
 
-For each ResNet-18 conv layer, four methods get the same trial budget and seed:
-Ansor with one fixed weight-layout strategy (no-rewrite = NO_REWRITE,
-transform-stage = INSERT_TRANSFORM_STAGE, pre-transformed =
-REWRITE_FOR_PRE_TRANSFORMED), and the adaptive controller choosing among those
-three (plus, with --with-packed, the fixed blocked layout) with one shared
-cost model. Each method's best program is then rebuilt from its stored trace
-and re-measured, all methods interleaved in a shuffled order, ``--repeats``
-times; the median is its latency, reported with its spread. Latency is the
-*deployment* latency of the strategy: transform-stage pays its weight copy on
-every call, the others do not (their transform runs once, offline).
+For each conv layer, every method gets the same trial budget and seed: Ansor
+with one fixed weight-layout strategy (no-rewrite = NO_REWRITE, transform-stage
+= INSERT_TRANSFORM_STAGE, pre-transformed = REWRITE_FOR_PRE_TRANSFORMED), and
+the adaptive controller choosing among those three (plus, with --with-packed,
+the blocked layout) with one shared cost model. Variants of the adaptive method
+(``VARIANTS``: the previous arm policy, and the ablations "no strategy one-hot",
+"lambda = 0", "uniform arm mix") are methods too, chosen with ``--methods``.
+
+Two layer sets, fixed up front: ``design`` (the quick preset's six ResNet-18
+layers, where the method is developed) and ``evaluation`` (conv layers of
+other networks, both layouts, several shapes, ``EVAL_LAYERS``), reported once
+per method version. Each session's best program at each checkpoint (128 and
+the full budget) is rebuilt from its stored trace and re-measured, all methods
+of a layer set interleaved in shuffled order, ``--repeats`` times; the median
+is its latency. Latency is the *deployment* latency of the strategy:
+transform-stage pays its weight copy on every call, the others transform
+weights once, offline. Improvements are reported per (layer, seed) pair with
+their mean and 95 % interval (t distribution over the pairs) and geomean.
 
 The run follows the benchmark protocol (``_quiet.py``): a quiet check before the
 start, before every tuning session and before the re-measurement (status 3 and
 one line when the machine is busy; ``--force`` marks the result invalid), the
 calibration probe before and after, every thread pool sized to ``--threads``.
+Runs are resumable: ``--resume`` keeps every finished session in ``--db`` and
+extends shorter ones to ``--trials`` (so a 128-trial run grows into the 256 one).
 
-    python benchmarks/al_ansor.py            # quick: 6 layers x 128 trials, 1 seed
-    python benchmarks/al_ansor.py --full     # 11 layers x 128 trials, 3 seeds
+    python benchmarks/al_ansor.py --set design --seeds 3 --resume
+    python benchmarks/al_ansor.py --set evaluation --seeds 3 --trials 256 --resume
+    python benchmarks/al_ansor.py --set design --methods adaptive-uniform,adaptive-lam0 --resume
 
-writes docs/results/al_ansor.md, al_ansor.json and al_ansor_curves.html.
+writes docs/results/al_ansor_<set>.json and _curves.html, and docs/results/al_ansor.md
+from every set's JSON.
 """
 
 from __future__ import annotations
@@ -42,24 +54,54 @@ sys.path.insert(0, HERE)
 
 import _quiet  # noqa: E402
 
-QUICK_LAYERS = ["resnet18.conv1", "resnet18.conv2", "resnet18.conv5", "resnet18.conv8", "resnet18.conv11",
-                "resnet18.conv7"]
+DESIGN_LAYERS = ["resnet18.conv1", "resnet18.conv2", "resnet18.conv5", "resnet18.conv8", "resnet18.conv11",
+                 "resnet18.conv7"]
+# Outside ResNet-18, both layouts, 1x1 / 3x3 / 5x5, strided or not (sample_workloads/al_ansor_eval.json and the
+# ResNet-50 / MobileNet-V2 files).
+EVAL_LAYERS = ["vgg16.conv5_1", "alexnet.conv3", "resnet50.conv16_nchw", "inception_v3.mixed5b_5x5",
+               "resnet50.conv13", "resnet50.conv6", "mobilenet_v2.pw96_576_14"]
+SETS = {"design": DESIGN_LAYERS, "evaluation": EVAL_LAYERS}
 FIXED = ["no-rewrite", "transform-stage", "pre-transformed"]
+# Adaptive methods: preset overrides of the session. "adaptive" is the current default method.
+VARIANTS = {
+    "adaptive": {},
+    "adaptive-ucb-gain": {"controller_policy": "ucb-gain"},
+    "adaptive-no-onehot": {"strategy_onehot": False},
+    "adaptive-lam0": {"controller_lam": 0.0},
+    "adaptive-uniform": {"controller_policy": "uniform"},
+}
 PAPER = {"no-rewrite": 13.81, "transform-stage": 12.41, "pre-transformed": 16.59}  # abstract; mapping inferred
 
 
-def tune(layer, method, trials, seed, db, arms, per_round, target):
+def method_of(sess) -> str | None:
+    """The method a stored session ran, from its strategy and preset parameters (None: not one of ours)."""
+    if not sess["strategy_arg"].startswith("auto"):
+        return sess["strategy_arg"] if sess["strategy_arg"] in FIXED else None
+    pp = sess["preset_params"]
+    # sessions stored before the policy was a preset field ran the ucb-gain policy
+    got = {"controller_policy": pp.get("controller_policy", "ucb-gain"), "controller_c": pp.get("controller_c"),
+           "controller_lam": pp.get("controller_lam"), "strategy_onehot": pp.get("strategy_onehot", True)}
+    from workbench.presets import Preset
+
+    default = {k: getattr(Preset, k) for k in got}
+    for name, over in VARIANTS.items():
+        if got == {**default, **over}:
+            return name
+    return None
+
+
+def tune(layer, method, trials, seed, db, arms, per_round, target, resume_id=None):
     from workbench import TuningSession
 
-    strategy = "auto:" + ",".join(arms) if method == "adaptive" else method
-    s = TuningSession(layer, trials=trials, seed=seed, db=db, strategy=strategy, trials_per_round=per_round,
-                      target=target)
     t = time.time()
-    summ = s.run()
-    rec = s.records()
-    return {"session_id": s.session_id, "summary": summ, "seconds": time.time() - t,
-            "alloc": rec.groupby("strategy").size().to_dict(),
-            "curve": _curve(rec)}
+    if resume_id is not None:
+        s = TuningSession.resume(db, session_id=resume_id, trials=trials)
+    else:
+        strategy = "auto:" + ",".join(arms) if method in VARIANTS else method
+        s = TuningSession(layer, trials=trials, seed=seed, db=db, strategy=strategy, trials_per_round=per_round,
+                          target=target, **VARIANTS.get(method, {}))
+    s.run()
+    return s.session_id, time.time() - t
 
 
 def _curve(rec):
@@ -71,32 +113,34 @@ def _curve(rec):
     return out
 
 
-def collect(db, need_all=True):
-    """Runs of a (possibly interrupted) benchmark store: the layers whose four methods all finished."""
+def collect(db):
+    """Every session in ``db`` that ran one of our methods: {(layer, seed, method): run}; a session whose
+    process died after its last trial (before its status was written) counts as finished."""
     from workbench import RecordStore
 
     store = RecordStore(db, readonly=True)
     runs = {}
     for sess in store.sessions():
-        rec = store.records(session_id=sess["id"])
-        # A session whose process died after its last trial (before its status was written) is complete too.
-        if sess["status"] != "finished" and len(rec) < sess["trials"]:
+        m = method_of(sess)
+        if m is None:
             continue
-        m = "adaptive" if sess["strategy_arg"].startswith("auto") else sess["strategy_arg"]
-        elapsed = float(rec["elapsed_s"].max()) if len(rec) else 0.0
-        runs[(sess["workload"], sess["seed"], m)] = {"target": sess["target"],
-            "session_id": sess["id"], "seconds": elapsed, "alloc": rec.groupby("strategy").size().to_dict(),
-            "curve": _curve(rec), "trials": len(rec)}
-    if not need_all:
-        return runs, None, None
-    complete = {}
-    for (layer, seed, m) in runs:
-        complete.setdefault((layer, seed), set()).add(m)
-    keep = {k for k, ms_ in complete.items() if ms_ >= set(FIXED + ["adaptive"])}
-    runs = {k: v for k, v in runs.items() if (k[0], k[1]) in keep}
-    layers = list(dict.fromkeys(k[0] for k in runs))
-    seeds = sorted({k[1] for k in runs})
-    return runs, layers, seeds
+        rec = store.records(session_id=sess["id"])
+        finished = sess["status"] == "finished" or len(rec) >= sess["trials"]
+        ev = [e for e in store.events(session_id=sess["id"]) if e["kind"] == "round_finished"]
+        phases = {}
+        for e in ev:
+            for k, v in (e["data"].get("phase_seconds") or {}).items():
+                phases[k] = phases.get(k, 0.0) + v
+        runs[(sess["workload"], sess["seed"], m)] = {
+            "target": sess["target"], "session_id": sess["id"], "finished": finished, "trials": len(rec),
+            "seconds": float(rec["elapsed_s"].max()) if len(rec) else 0.0,
+            "alloc": rec.groupby("strategy").size().to_dict(), "curve": _curve(rec),
+            "phase_seconds": {k: round(v, 1) for k, v in phases.items()}}
+    return runs
+
+
+def checkpoints(trials: int) -> list[int]:
+    return sorted({c for c in (128, 256) if c < trials} | {trials})
 
 
 def remeasure(entries, repeats, target):
@@ -147,209 +191,289 @@ def geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else None
 
 
+def interval(pcts):
+    """mean and 95 % interval (t distribution) of per-pair improvements in %."""
+    from scipy import stats
+
+    xs = np.asarray([x for x in pcts if x is not None], float)
+    if len(xs) == 0:
+        return {"mean_pct": None, "ci95_pct": None, "n": 0}
+    m = float(xs.mean())
+    if len(xs) < 2:
+        return {"mean_pct": m, "ci95_pct": None, "n": 1}
+    h = float(stats.t.ppf(0.975, len(xs) - 1) * xs.std(ddof=1) / math.sqrt(len(xs)))
+    return {"mean_pct": m, "ci95_pct": [m - h, m + h], "n": int(len(xs))}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--set", choices=sorted(SETS), default="design",
+                    help="the layer set: design (where the method is developed) or evaluation (reported once per "
+                         "method version)")
+    ap.add_argument("--layers", default=None, help="comma list of workload names (default: the set's layers)")
     ap.add_argument("--trials", type=int, default=128)
     ap.add_argument("--trials-per-round", type=int, default=8,
                     help="batch size for every method (small, so the adaptive controller gets rounds after warm-up)")
-    ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--methods", default=",".join(FIXED + ["adaptive"]),
+                    help=f"comma list of methods to tune and report: {', '.join(FIXED + list(VARIANTS))}")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--layers", default=None, help="comma list of workload names")
     ap.add_argument("--with-packed", action="store_true", help="give the adaptive controller the packed arm too")
-    ap.add_argument("--db", default=os.path.join(ROOT, "benchmarks", "out", "al_ansor.db"))
+    ap.add_argument("--db", default=None, help="records store (default benchmarks/out/al_ansor-<set>.db)")
     ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
                     help="cores for tuning and timing (TVM_NUM_THREADS, OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, the "
                          "target's num-cores; default: all available, %(default)s)")
     ap.add_argument("--force", action="store_true",
                     help="run even when the machine is not quiet; the result is then marked invalid")
     ap.add_argument("--resume", action="store_true",
-                    help="keep --db and the sessions in it that finished with --trials trials; tune the rest")
+                    help="keep --db and its finished sessions; extend shorter ones to --trials; tune the rest")
     ap.add_argument("--rerun", default=None,
-                    help="with --resume: tune these methods again (comma list, e.g. adaptive after a controller change)")
-    ap.add_argument("--report-only", action="store_true",
-                    help="no tuning: report on the layers whose four methods all finished in --db")
+                    help="with --resume: tune these methods again from scratch (comma list)")
+    ap.add_argument("--results", default=RESULTS, help="where the pages go (default docs/results)")
+    ap.add_argument("--report-only", action="store_true", help="no tuning: re-measure and report what --db holds")
     ap.add_argument("--markdown-only", action="store_true",
-                    help="no tuning, no timing: rewrite al_ansor.md from al_ansor.json (e.g. after editing the analysis)")
+                    help="no tuning, no timing: rewrite al_ansor.md from the JSON files (e.g. after editing the analysis)")
     args = ap.parse_args()
     if args.markdown_only:
-        with open(os.path.join(RESULTS, "al_ansor.json")) as f:
-            _write_md(json.load(f), args)
+        _write_md(args.results)
         return
+    methods = args.methods.split(",")
+    bad = [m for m in methods if m not in FIXED and m not in VARIANTS]
+    if bad:
+        sys.exit(f"al_ansor.py: unknown method {bad[0]!r}; valid: {', '.join(FIXED + list(VARIANTS))}")
+    db = args.db or os.path.join(ROOT, "benchmarks", "out", f"al_ansor-{args.set}.db")
 
     from workbench import RecordStore, tvm_env
-    from workbench.workloads import registry
 
-    layers = args.layers.split(",") if args.layers else (
-        [w.name for w in registry().network("resnet18")] if args.full else QUICK_LAYERS)
-    seeds = list(range(args.seeds or (3 if args.full else 1)))
+    layers = args.layers.split(",") if args.layers else SETS[args.set]
+    seeds = list(range(args.seeds))
     arms = FIXED + (["packed"] if args.with_packed else [])
-    methods = FIXED + ["adaptive"]
     target = tvm_env.host_target_dict(args.threads)
     t0 = time.time()
     if args.report_only:
-        runs, layers, seeds = collect(args.db)
-        target = next(iter(runs.values()))["target"]
+        target = next(iter(collect(db).values()))["target"]
     threads = int(target["num-cores"])
     _quiet.set_thread_env(threads)
-    protocol = _quiet.Protocol("al_ansor", threads, args.force)
+    protocol = _quiet.Protocol(f"al_ansor-{args.set}", threads, args.force)
     protocol.start()
     if not args.report_only:
-        os.makedirs(os.path.dirname(args.db), exist_ok=True)
-        done = {}
-        if args.resume and os.path.exists(args.db):
-            prev, _, _ = collect(args.db, need_all=False)
+        os.makedirs(os.path.dirname(db), exist_ok=True)
+        prev = {}
+        if args.resume and os.path.exists(db):
             rerun = set(args.rerun.split(",")) if args.rerun else set()
-            done = {k: v for k, v in prev.items() if v["trials"] == args.trials and k[2] not in rerun}
+            prev = {k: v for k, v in collect(db).items() if k[2] not in rerun}
         else:
             from workbench.store import remove_store
 
-            remove_store(args.db)
-        runs = {}
+            remove_store(db)
         for layer in layers:
             for seed in seeds:
                 for m in methods:
-                    if (layer, seed, m) in done:
-                        runs[(layer, seed, m)] = done[(layer, seed, m)]
-                        print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {args.db}",
+                    old = prev.get((layer, seed, m))
+                    if old and old["finished"] and old["trials"] >= args.trials:
+                        print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {db}",
                               file=sys.stderr, flush=True)
                         continue
                     protocol.phase(f"tuning {layer} seed {seed} {m}")
-                    print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}", file=sys.stderr, flush=True)
-                    runs[(layer, seed, m)] = tune(layer, m, args.trials, seed, args.db, arms, args.trials_per_round,
-                                                  target)
-    store = RecordStore(args.db, readonly=True)
-    entries = []
+                    how = f"extended from {old['trials']} trials" if old else "new"
+                    print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m} ({how})", file=sys.stderr, flush=True)
+                    tune(layer, m, args.trials, seed, db, arms, args.trials_per_round, target,
+                         resume_id=old["session_id"] if old else None)
+    runs = {k: v for k, v in collect(db).items() if k[0] in layers and k[1] in seeds and k[2] in methods}
+    store = RecordStore(db, readonly=True)
+    # The best verified program of each run at each checkpoint; one timing per distinct program.
+    entries, best_at, winner = {}, {}, {}
     for (layer, seed, m), r in runs.items():
-        recs = store.records(session_id=r["session_id"], with_trace=True)
-        ok = recs[recs["error_class"].isna() & recs["verified"]]
-        if len(ok):
+        recs = store.records(session_id=r["session_id"], with_trace=True).reset_index(drop=True)
+        for k in checkpoints(r["trials"]):
+            head = recs.iloc[:k]
+            ok = head[head["error_class"].isna() & head["verified"]]
+            if not len(ok):
+                continue
             best = ok.loc[ok["latency_ms"].idxmin()]
-            entries.append(((layer, seed, m), layer, {"trace": best["trace"], "strategy": best["strategy"]}))
-            r["best_strategy"] = best["strategy"]
+            key = (layer, best["mod_hash"])
+            entries.setdefault(key, (key, layer, {"trace": best["trace"]}))
+            best_at[(layer, seed, m, k)] = key
+            winner[(layer, seed, m, k)] = best["strategy"]
     _quiet.quiesce()
     protocol.phase("re-measuring the winners")
-    print(f"[{time.time() - t0:7.0f}s] re-measuring {len(entries)} winners x {args.repeats}", file=sys.stderr)
-    timed = remeasure(entries, args.repeats, target)
+    print(f"[{time.time() - t0:7.0f}s] re-measuring {len(entries)} programs x {args.repeats}", file=sys.stderr)
+    timed = remeasure(list(entries.values()), args.repeats, target)
     protocol.finish()
-    lat = {k: v["median_ms"] for k, v in timed.items()}
 
-    per_layer, spread = {}, {}
-    for layer in layers:
-        per_layer[layer] = {m: geomean([lat.get((layer, s, m)) for s in seeds]) for m in methods}
-        # the largest spread over seeds: (max - min) / median of the re-measured samples
-        spread[layer] = {m: max((timed[(layer, s, m)]["spread"] for s in seeds
-                                 if (layer, s, m) in timed and timed[(layer, s, m)]["spread"] is not None),
-                                default=None) for m in methods}
-    improvement = {}
-    for f in FIXED:
-        ratios = [per_layer[l][f] / per_layer[l]["adaptive"] for l in layers
-                  if per_layer[l][f] and per_layer[l]["adaptive"]]
-        improvement[f] = {"mean_pct": 100 * (float(np.mean(ratios)) - 1) if ratios else None,
-                          "geomean_pct": 100 * (geomean(ratios) - 1) if ratios else None,
-                          "wins": int(sum(r > 1.0 for r in ratios)), "layers": len(ratios)}
-    best_fixed = {l: min(per_layer[l][f] for f in FIXED if per_layer[l][f]) for l in layers}
-    vs_best_fixed = [best_fixed[l] / per_layer[l]["adaptive"] for l in layers if per_layer[l]["adaptive"]]
-    alloc = {l: runs[(l, seeds[0], "adaptive")]["alloc"] for l in layers}
-    if args.report_only:
-        args.trials = max(r["trials"] for r in runs.values())
-        arms = sorted({s for r in runs.values() for s in r["alloc"]}, key=lambda s: (FIXED + ["packed"]).index(s))
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "trials": args.trials, "trials_per_round": args.trials_per_round,
-        "seeds": seeds, "layers": layers,
+        "set": args.set, "date": time.strftime("%Y-%m-%d %H:%M"), "trials": args.trials,
+        "trials_per_round": args.trials_per_round, "seeds": seeds, "layers": layers, "methods": methods,
         "arms": arms, "repeats": args.repeats, "target": target,
-        "latency_ms": {l: per_layer[l] for l in layers}, "spread": {l: spread[l] for l in layers},
-        "remeasured": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in timed.items()},
-        "improvement_of_adaptive": improvement,
-        "adaptive_vs_best_fixed_geomean_pct": 100 * (geomean(vs_best_fixed) - 1) if vs_best_fixed else None,
-        "allocation": alloc, "winner_strategy": {f"{k[0]}|{k[1]}|{k[2]}": v.get("best_strategy") for k, v in runs.items()},
-        "tuning_seconds": {f"{k[0]}|{k[1]}|{k[2]}": round(v["seconds"], 1) for k, v in runs.items()},
-        "curves": {f"{k[0]}|{k[1]}|{k[2]}": v["curve"] for k, v in runs.items()},
+        "checkpoints": checkpoints(args.trials),
+        "latency_ms": {f"{l}|{s}|{m}|{k}": timed[key]["median_ms"] for (l, s, m, k), key in best_at.items()},
+        "spread": {f"{l}|{s}|{m}|{k}": timed[key]["spread"] for (l, s, m, k), key in best_at.items()},
+        "winner_strategy": {f"{l}|{s}|{m}|{k}": v for (l, s, m, k), v in winner.items()},
+        "allocation": {f"{l}|{s}|{m}": r["alloc"] for (l, s, m), r in runs.items()},
+        "tuning_seconds": {f"{l}|{s}|{m}": round(r["seconds"], 1) for (l, s, m), r in runs.items()},
+        "phase_seconds": {f"{l}|{s}|{m}": r["phase_seconds"] for (l, s, m), r in runs.items()},
+        "curves": {f"{l}|{s}|{m}": r["curve"] for (l, s, m), r in runs.items()},
         "wall_seconds": round(time.time() - t0, 1), "command": "python " + " ".join(sys.argv),
         "protocol": protocol.summary(),
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "al_ansor.json"), "w") as f:
+    result["analysis"] = analyse(result)
+    os.makedirs(args.results, exist_ok=True)
+    with open(os.path.join(args.results, f"al_ansor_{args.set}.json"), "w") as f:
         json.dump(result, f, indent=1)
-    _write_curves_html(result)
-    _write_md(result, args)
+    _write_curves_html(result, args.results)
+    _write_md(args.results)
 
 
-def _write_curves_html(res):
+def analyse(res) -> dict:
+    """Per checkpoint and adaptive method: improvement over each fixed strategy and over the per-layer best
+    fixed strategy (chosen by geomean over seeds), per (layer, seed) pair; wall time over the fixed sessions'."""
+    lat = res["latency_ms"]
+    out = {}
+    fixed = [f for f in FIXED if f in res["methods"]]
+    for k in res["checkpoints"]:
+        def L(l, s, m):
+            return lat.get(f"{l}|{s}|{m}|{k}")
+        oracle = {}
+        for l in res["layers"]:
+            g = {f: geomean([L(l, s, f) for s in res["seeds"]]) for f in fixed}
+            g = {f: v for f, v in g.items() if v}
+            oracle[l] = min(g, key=g.get) if g else None
+        for m in res["methods"]:
+            if m in FIXED:
+                continue
+            row = {}
+            for ref in fixed + ["best-fixed"]:
+                pcts = []
+                for l in res["layers"]:
+                    for s in res["seeds"]:
+                        f = oracle[l] if ref == "best-fixed" else ref
+                        a, b = L(l, s, m), (L(l, s, f) if f else None)
+                        if a and b:
+                            pcts.append(100 * (b / a - 1))
+                row[ref] = {**interval(pcts), "geomean_pct": 100 * (geomean([1 + p / 100 for p in pcts]) - 1)
+                            if pcts else None, "wins": int(sum(p > 0 for p in pcts))}
+            ratios = []
+            for l in res["layers"]:
+                for s in res["seeds"]:
+                    ta = res["tuning_seconds"].get(f"{l}|{s}|{m}")
+                    tf = [res["tuning_seconds"].get(f"{l}|{s}|{f}") for f in fixed]
+                    tf = [t for t in tf if t]
+                    if ta and tf:
+                        ratios.append(ta / float(np.mean(tf)))
+            row["wall_time_vs_fixed"] = geomean(ratios)
+            out[f"{m}@{k}"] = row
+        out[f"oracle@{k}"] = oracle
+    return out
+
+
+def _write_curves_html(res, out_dir):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     layers = res["layers"]
     fig = make_subplots(rows=len(layers), cols=1, subplot_titles=layers)
-    colors = {"no-rewrite": "#1f77b4", "transform-stage": "#ff7f0e", "pre-transformed": "#2ca02c", "adaptive": "#d62728"}
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
     for i, l in enumerate(layers, 1):
-        for m in FIXED + ["adaptive"]:
+        for j, m in enumerate(res["methods"]):
             c = res["curves"].get(f"{l}|{res['seeds'][0]}|{m}", [])
             fig.add_trace(go.Scatter(y=c, x=list(range(1, len(c) + 1)), name=m, legendgroup=m, showlegend=i == 1,
-                                     line={"color": colors[m]}), row=i, col=1)
+                                     line={"color": palette[j % len(palette)]}), row=i, col=1)
         fig.update_yaxes(title_text="best ms", type="log", row=i, col=1)
-    fig.update_layout(height=300 * len(layers), title="Best-so-far latency per method (seed 0)")
-    fig.write_html(os.path.join(RESULTS, "al_ansor_curves.html"), include_plotlyjs="cdn")
+    fig.update_layout(height=300 * len(layers), title=f"Best-so-far latency per method (seed 0), {res['set']} layers")
+    fig.write_html(os.path.join(out_dir, f"al_ansor_{res['set']}_curves.html"), include_plotlyjs="cdn")
 
 
 def _fmt(x, d=3):
     return "-" if x is None else f"{x:.{d}f}"
 
 
-def _cell(res, layer, m, bold=False):
-    v = _fmt(res["latency_ms"][layer][m])
-    v = f"**{v}**" if bold else v
-    sp = (res.get("spread") or {}).get(layer, {}).get(m)
-    return v if sp is None else f"{v} ({100 * sp:.0f}%)"
+def _pct(iv):
+    if iv.get("mean_pct") is None:
+        return "-"
+    ci = iv.get("ci95_pct")
+    return f"{iv['mean_pct']:+.1f} %" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
 
 
-def _write_md(res, args):
+def _set_md(res) -> list:
+    title = {"design": "Design layers (where the method is developed)",
+             "evaluation": "Evaluation layers (reported once per method version)"}[res["set"]]
+    seeds, k_last = res["seeds"], res["checkpoints"][-1]
+    L = [f"## {title}", "", _quiet.summary_markdown(res.get("protocol")),
+         f"Measured {res['date']} ({res['target']['mcpu']}, {res['target']['num-cores']} threads for tuning and "
+         f"timing). Layers: {', '.join(res['layers'])}. {res['trials']} trials per method, layer and seed; seeds "
+         f"{seeds}; preset `quick`, {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. "
+         f"Each run's best verified program at each checkpoint was rebuilt from its trace and re-measured "
+         f"{res['repeats']}x, all programs interleaved in shuffled order; the median is shown (geomean over seeds), "
+         "with the largest spread over seeds ((max - min) / median) in brackets. Produced by "
+         f"`{res['command']}` in {res['wall_seconds'] / 60:.0f} min.", ""]
+    for k in res["checkpoints"]:
+        L += [f"### Latency per layer at {k} trials (ms, lower is better)", "",
+              "| layer | " + " | ".join(res["methods"]) + " |", "|---|" + "---|" * len(res["methods"])]
+        for l in res["layers"]:
+            cells = []
+            for m in res["methods"]:
+                v = geomean([res["latency_ms"].get(f"{l}|{s}|{m}|{k}") for s in seeds])
+                sp = [res["spread"].get(f"{l}|{s}|{m}|{k}") for s in seeds]
+                sp = max([x for x in sp if x is not None], default=None)
+                cells.append(_fmt(v) + (f" ({100 * sp:.0f}%)" if sp is not None else ""))
+            L.append(f"| {l} | " + " | ".join(cells) + " |")
+        L += ["", f"Improvement of each adaptive method at {k} trials: `lat_ref / lat_adaptive - 1` per (layer, seed) "
+              "pair, mean [95 % interval], geomean, pairs where adaptive is faster; best-fixed is the per-layer best "
+              "fixed strategy (an oracle that knows it in advance); wall time is the adaptive session's over the "
+              "mean of the fixed sessions' (geomean over pairs).", "",
+              "| method | vs no-rewrite | vs transform-stage | vs pre-transformed | vs best-fixed | wall time |",
+              "|---|---|---|---|---|---|"]
+        for m in res["methods"]:
+            row = res["analysis"].get(f"{m}@{k}")
+            if not row:
+                continue
+            cells = []
+            for ref in FIXED + ["best-fixed"]:
+                iv = row.get(ref) or {}
+                cells.append(f"{_pct(iv)}; geo {_fmt(iv.get('geomean_pct'), 1)} %; {iv.get('wins', 0)}/{iv.get('n', 0)}"
+                             if iv.get("n") else "-")
+            L.append(f"| {m} | " + " | ".join(cells) + f" | {_fmt(row.get('wall_time_vs_fixed'), 2)}x |")
+        L.append("")
+    L += ["### Trials per arm and phase times (seed 0)", "",
+          "| layer | method | " + " | ".join(res["arms"]) + " | winner | seconds | search | build | measure | cross-seed | train |",
+          "|---|---|" + "---|" * (len(res["arms"]) + 7)]
+    for l in res["layers"]:
+        for m in res["methods"]:
+            key = f"{l}|{seeds[0]}|{m}"
+            if key not in res["allocation"]:
+                continue
+            a, ph = res["allocation"][key], res["phase_seconds"].get(key) or {}
+            L.append(f"| {l} | {m} | " + " | ".join(str(a.get(s, 0)) for s in res["arms"]) +
+                     f" | {res['winner_strategy'].get(key + '|' + str(k_last))} | {_fmt(res['tuning_seconds'].get(key), 0)} | " +
+                     " | ".join(_fmt(ph.get(p), 0) for p in ("search", "build", "measure", "cross_seed", "train")) + " |")
+    L += ["", f"Interactive best-so-far curves: [al_ansor_{res['set']}_curves.html](al_ansor_{res['set']}_curves.html).", ""]
+    return L
+
+
+def _write_md(out_dir):
     L = ["# AL-Ansor reproduction: adaptive weight-layout strategy vs fixed strategies", "",
-         _quiet.summary_markdown(res.get("protocol")),
-         f"Measured {res['date']} on this machine ({res['target']['mcpu']}; tuned and timed with {res['target']['num-cores']} thread(s)). "
-         f"{len(res['layers'])} ResNet-18 conv layers (NHWC, batch 1), {res['trials']} trials per method and layer, "
-         f"seeds {res['seeds']}, preset `quick` with {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. Each method's best program "
-         f"was rebuilt from its trace and re-measured {res['repeats']}x, all methods interleaved in shuffled order; "
-         "the median is shown (geometric mean over seeds), with its spread ((max - min) / median; the largest over "
-         "seeds) in brackets when it was recorded. Latencies are deployment latencies: transform-stage "
-         "includes its weight copy on every call, the others transform weights once, offline. Produced by "
-         f"`{res.get('command') or 'python ' + ' '.join(sys.argv)}` in {res['wall_seconds'] / 60:.0f} min.", "",
-         "## Latency per layer (ms, lower is better)", "",
-         "| layer | no-rewrite | transform-stage | pre-transformed | adaptive | adaptive's winner |", "|---|---|---|---|---|---|"]
-    for l in res["layers"]:
-        L.append(f"| {l} | {_cell(res, l, 'no-rewrite')} | {_cell(res, l, 'transform-stage')} | "
-                 f"{_cell(res, l, 'pre-transformed')} | {_cell(res, l, 'adaptive', bold=True)} | "
-                 f"{res['winner_strategy'].get(l + '|' + str(res['seeds'][0]) + '|adaptive')} |")
-    L += ["", "## Improvement of adaptive over each fixed strategy", "",
-          "`lat_fixed / lat_adaptive - 1`, over layers.", "",
-          "| vs fixed strategy | mean | geomean | layers where adaptive is faster | paper (abstract) |", "|---|---|---|---|---|"]
-    for f in FIXED:
-        im = res["improvement_of_adaptive"][f]
-        L.append(f"| {f} | {_fmt(im['mean_pct'], 1)} % | {_fmt(im['geomean_pct'], 1)} % | {im['wins']} / {im['layers']} | "
-                 f"{PAPER[f]} % |")
-    L += ["", f"Adaptive vs the best fixed strategy of each layer (an oracle that knows the winner in advance): "
-          f"geomean {_fmt(res['adaptive_vs_best_fixed_geomean_pct'], 1)} %.", "",
-          "The paper's three numbers are from its abstract (13.81 / 12.41 / 16.59 %); which of its three fixed "
-          "strategies each belongs to is not stated there, so the mapping to rows above is our reading.", "",
-          "## How the controller allocated trials (seed 0)", "", "| layer | " + " | ".join(res["arms"]) + " |",
-          "|---|" + "---|" * len(res["arms"])]
-    for l in res["layers"]:
-        a = res["allocation"][l]
-        L.append(f"| {l} | " + " | ".join(str(a.get(s, 0)) for s in res["arms"]) + " |")
-    L += ["", "## Best-so-far latency (ms) at trial checkpoints (seed 0)", "",
-          "Interactive curves: [al_ansor_curves.html](al_ansor_curves.html).", ""]
-    checks = [c for c in (16, 32, 64, 128, 256, 512) if c <= res["trials"]]
-    L += ["| layer | method | " + " | ".join(f"@{c}" for c in checks) + " |", "|---|---|" + "---|" * len(checks)]
-    for l in res["layers"]:
-        for m in FIXED + ["adaptive"]:
-            c = res["curves"].get(f"{l}|{res['seeds'][0]}|{m}", [])
-            L.append(f"| {l} | {m} | " + " | ".join(_fmt(c[k - 1] if len(c) >= k else None) for k in checks) + " |")
+         "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
+         "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
+         "`optimistic-best`; `adaptive-ucb-gain`: the previous policy; `adaptive-no-onehot`, `adaptive-lam0`, "
+         "`adaptive-uniform`: ablations of the design, see workbench/controller.py). Latencies are deployment "
+         "latencies: transform-stage includes its weight copy on every call. The paper's abstract reports "
+         f"{' / '.join(str(v) for v in PAPER.values())} % over its three fixed strategies (which number belongs to which "
+         "strategy is not stated there).", ""]
+    found = False
+    for name in ("design", "evaluation"):
+        path = os.path.join(out_dir, f"al_ansor_{name}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                L += _set_md(json.load(f))
+            found = True
+    if not found:
+        L += ["No run has been reported yet.", ""]
     # The reading of the numbers is written by a person, kept beside the script, and appended as is.
     notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "al_ansor_analysis.md")
     if os.path.exists(notes):
         with open(notes) as f:
-            L += ["", f.read().rstrip()]
-    with open(os.path.join(RESULTS, "al_ansor.md"), "w") as f:
+            L += [f.read().rstrip()]
+    with open(os.path.join(out_dir, "al_ansor.md"), "w") as f:
         f.write("\n".join(L) + "\n")
     print("\n".join(L))
 
