@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -101,7 +102,10 @@ def _last_json(p: subprocess.CompletedProcess, who: str) -> dict:
 
 def run_ms(workload: str, target: dict, trials: int, per_round: int, fast: bool, build_timeout: float,
            work_dir: str, seed: int = 0) -> dict:
-    """MetaSchedule ``tune_tir`` in a fresh process; its JSON database stays in ``work_dir``."""
+    """MetaSchedule ``tune_tir`` in a fresh process; its JSON database stays in ``work_dir``, which starts empty:
+    tune_tir resumes from a database it finds there, and a second benchmark run would otherwise hand
+    MetaSchedule the first run's measurements as a warm start."""
+    shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir, exist_ok=True)
     t = time.time()
     cfg = {"workload": workload, "target": target, "trials": trials, "per_round": per_round, "fast": fast,
@@ -126,9 +130,10 @@ def workbench_timeline(db: str, launched_at: float) -> list:
 
 def run_workbench(workload: str, target: dict, trials: int, per_round: int, db: str, seed: int = 0,
                   strategy: str = "pre-transformed", preset: str = "quick") -> dict:
-    """``workbench tune`` in a fresh process; its records store is ``db``."""
-    if os.path.exists(db):
-        os.remove(db)
+    """``workbench tune`` in a fresh process; its records store is ``db``, removed first with its WAL files."""
+    from workbench.store import remove_store
+
+    remove_store(db)
     t = time.time()
     p = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", workload, "--trials", str(trials),
                         "--target", json.dumps(target), "--db", db, "--strategy", strategy, "--preset", preset,
