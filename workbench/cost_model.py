@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from . import layouts
+from . import interfaces, layouts
 
 N_STRATEGIES = len(layouts.STRATEGY_INDEX)
 N_FEATURES = 164 + N_STRATEGIES  # TVM's PerStoreFeature row, then the strategy one-hot
@@ -33,7 +33,7 @@ def _segment_sum(values, seg_ids, n):
     return np.bincount(seg_ids, weights=values, minlength=n)
 
 
-class PackSumXGB:
+class PackSumXGB(interfaces.CostModel):
     """Training data + booster. Thread-safe: the search thread predicts while the UI reads."""
 
     def __init__(self, seed: int = 0, max_rounds: int = 200, early_stop: int = 25, warmup: int = 16, nthread: int = 2):
@@ -56,6 +56,10 @@ class PackSumXGB:
     @property
     def n_samples(self) -> int:
         return len(self._cost)
+
+    @property
+    def trained(self) -> bool:
+        return self.booster is not None
 
     def add(self, feats: np.ndarray, cost_s: float | None, group: str) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import interfaces
 from .errors import WorkbenchError
 
 PREPROC = "meta_schedule.layout_rewrite_preproc"
@@ -146,7 +147,10 @@ def _packed_weights():
 
 
 @dataclass(frozen=True)
-class LayoutStrategy:
+class LayoutStrategy(interfaces.LayoutStrategy):
+    """A strategy as data: its postprocessors come from ``make_postprocs``; every strategy is one entry of
+    ``STRATEGIES``."""
+
     name: str
     summary: str
     latency_means: str
@@ -207,6 +211,7 @@ def _rewrite():
     return ms.postproc.RewriteLayout()
 
 
+# Every layout strategy, by name: adding one here makes it selectable and puts it under tests/test_contracts.py.
 STRATEGIES: dict[str, LayoutStrategy] = {
     s.name: s
     for s in [
