@@ -128,6 +128,7 @@ def collect(db):
         finished = sess["status"] == "finished" or len(rec) >= sess["trials"]
         ev = [e for e in store.events(session_id=sess["id"]) if e["kind"] == "round_finished"]
         phases = {}
+        pruned = {p: e["data"]["round"] for e in ev for p in (e["data"].get("pruned") or [])}
         for e in ev:
             for k, v in (e["data"].get("phase_seconds") or {}).items():
                 phases[k] = phases.get(k, 0.0) + v
@@ -135,7 +136,7 @@ def collect(db):
             "target": sess["target"], "session_id": sess["id"], "finished": finished, "trials": len(rec),
             "seconds": float(rec["elapsed_s"].max()) if len(rec) else 0.0,
             "alloc": rec.groupby("strategy").size().to_dict(), "curve": _curve(rec),
-            "phase_seconds": {k: round(v, 1) for k, v in phases.items()}}
+            "phase_seconds": {k: round(v, 1) for k, v in phases.items()}, "pruned": pruned}
     return runs
 
 
@@ -312,6 +313,7 @@ def main():
         "allocation": {f"{l}|{s}|{m}": r["alloc"] for (l, s, m), r in runs.items()},
         "tuning_seconds": {f"{l}|{s}|{m}": round(r["seconds"], 1) for (l, s, m), r in runs.items()},
         "phase_seconds": {f"{l}|{s}|{m}": r["phase_seconds"] for (l, s, m), r in runs.items()},
+        "pruned": {f"{l}|{s}|{m}": r["pruned"] for (l, s, m), r in runs.items() if r["pruned"]},
         "curves": {f"{l}|{s}|{m}": r["curve"] for (l, s, m), r in runs.items()},
         "wall_seconds": round(time.time() - t0, 1), "command": "python " + " ".join(sys.argv),
         "protocol": protocol.summary(),
@@ -443,7 +445,9 @@ def _set_md(res) -> list:
             if key not in res["allocation"]:
                 continue
             a, ph = res["allocation"][key], res["phase_seconds"].get(key) or {}
-            L.append(f"| {l} | {m} | " + " | ".join(str(a.get(s, 0)) for s in res["arms"]) +
+            pr = (res.get("pruned") or {}).get(key, {})
+            L.append(f"| {l} | {m} | " + " | ".join(str(a.get(s, 0)) + (f" (pruned r{pr[s]})" if s in pr else "")
+                                                    for s in res["arms"]) +
                      f" | {res['winner_strategy'].get(key + '|' + str(k_last))} | {_fmt(res['tuning_seconds'].get(key), 0)} | " +
                      " | ".join(_fmt(ph.get(p), 0) for p in ("search", "build", "measure", "cross_seed", "train")) + " |")
     L += ["", f"Interactive best-so-far curves: [al_ansor_{res['set']}_curves.html](al_ansor_{res['set']}_curves.html).", ""]

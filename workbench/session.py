@@ -242,7 +242,10 @@ class TuningSession(SessionLifecycle):
         self.inputs = w.make_inputs(seed=1234)
         self.out_shape = w.arg_shapes[-1]
         self._measured_hashes: set = set()
-        self._seed_copies: set = set()  # hashes of programs offered by _cross_seed (see _propose)
+        self._seed_copies: set = set()  # hashes of programs offered by _offer_seeds (see _propose)
+        self._seed_pool: list = []  # (mean run seconds, source strategy, trace, run_secs) of every measured program
+        self._seeds_tried: dict = {s: set() for s in self.strategies}  # pool indices replayed into s (or failing)
+        self._seeds_in: dict = {s: set() for s in self.strategies}  # pool indices in s's search database
         self.contexts = {}
         self.ms_dbs = {}
         prior = self.store.traces(self.session_id) if self._resumed else []
@@ -316,7 +319,7 @@ class TuningSession(SessionLifecycle):
                 args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
                 run_secs = [float(x) for x in json.loads(row["run_secs"])]
                 db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
-                self._cross_seed(row["strategy"], sch.trace, run_secs)
+                self._seed_pool.append((float(np.mean(run_secs)), row["strategy"], sch.trace, run_secs))
         for s in self.strategies:
             b = self.store.best(self.workload.name, s)
             if b is not None and b["session_id"] == self.session_id:
@@ -330,37 +333,57 @@ class TuningSession(SessionLifecycle):
                 self.controller.observe(s, ok["latency_ms"].min() / 1e3 if len(ok) else None, None, int(len(sub)))
         self.model.train()
 
-    def _cross_seed(self, source: str, trace, run_secs) -> None:
-        """Offer a program measured under ``source`` to every other strategy's evolutionary search.
+    def _offer_seeds(self, strategy: str) -> None:
+        """Before ``strategy``'s search runs, put the best programs measured under the other strategies into
+        its search database.
 
-        All strategies share the workload's sketches and differ only in postprocessors, so the
-        trace (postprocs removed) replays under another strategy's postprocs as a *different*
-        program of the same loop structure. Its record in that strategy's search database makes
-        the program a seed of the next initial population there; without this an arm picked late
-        by the controller restarts from its own few measurements (what the first reduced AL-Ansor
-        run showed). The latency attached is the one measured under ``source``: a ranking hint for
-        seed selection only; the cost model never sees these rows. A trace that does not replay
-        (e.g. ``packed`` needs a tiled output-channel axis) is skipped, because TVM's search
-        aborts on a seed it cannot postprocess.
+        All strategies share the workload's sketches and differ only in postprocessors, so a trace
+        (postprocs removed) replays under another strategy's postprocs as a *different* program of the
+        same loop structure. Its record in that strategy's search database makes the program a seed of
+        the next initial population there; without this an arm picked late by the controller restarts
+        from its own few measurements (what the first reduced AL-Ansor run showed). The latency attached
+        is the one measured under its source: a ranking hint for seed selection only; the cost model
+        never sees these rows. A trace that does not replay (e.g. ``packed`` needs a tiled output-channel
+        axis) is skipped, because TVM's search aborts on a seed it cannot postprocess.
+
+        The search seeds its population from the database's top ``population * init_measured_ratio``
+        records only, so only that many of the others' best programs are replayed, when the strategy
+        is about to search: the same seeds as replaying every program the moment it is measured, at a
+        fraction of the replays (each is a schedule replay plus postprocessing).
         """
         if not self.preset.cross_seed or len(self.ms_dbs) < 2:
             return
         from tvm.s_tir import meta_schedule as ms
         from tvm.s_tir.schedule import Schedule
 
-        for s, (db, wl) in self.ms_dbs.items():
-            if s == source:
+        db, wl = self.ms_dbs[strategy]
+        want = max(1, math.ceil(self.preset.population * self.preset.init_measured_ratio))
+        tried, kept = self._seeds_tried[strategy], self._seeds_in[strategy]
+        order = sorted((i for i, e in enumerate(self._seed_pool) if e[1] != strategy),
+                       key=lambda i: self._seed_pool[i][0])
+        n = 0
+        for i in order:
+            if n >= want:
+                break
+            if i in kept:
+                n += 1
                 continue
+            if i in tried:
+                continue
+            tried.add(i)
+            _, _, trace, run_secs = self._seed_pool[i]
             sch = Schedule(self.workload.mod)
             try:
                 trace.apply_to_schedule(sch, remove_postproc=True)
-                if not space._postprocess(sch, self.contexts[s]):
+                if not space._postprocess(sch, self.contexts[strategy]):
                     continue
             except Exception:  # noqa: BLE001 - not replayable under this strategy: not a seed for it
                 continue
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
             self._seed_copies.add(program_hash(sch.mod))
+            kept.add(i)
+            n += 1
 
     def _teardown(self) -> None:
         release_session_lock(self._lock)
@@ -489,6 +512,9 @@ class TuningSession(SessionLifecycle):
         w = self.workload
         ctx = self.contexts[strategy]
         round_phases = {k: 0.0 for k in PHASES}
+        t = time.time()
+        self._offer_seeds(strategy)
+        round_phases["cross_seed"] = time.time() - t
         t_prop = time.time()
         props = self._propose(strategy, n)
         round_phases["search"] = time.time() - t_prop
@@ -524,9 +550,7 @@ class TuningSession(SessionLifecycle):
                 db, wl = self.ms_dbs[strategy]
                 db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, wl, rec["run_secs"], self.target,
                                                                  c.args_info))
-                t_seed = time.time()
-                self._cross_seed(strategy, c.sch.trace, rec["run_secs"])
-                round_phases["cross_seed"] += time.time() - t_seed
+                self._seed_pool.append((float(np.mean(rec["run_secs"])), strategy, c.sch.trace, rec["run_secs"]))
 
         t_measure = time.time()
         try:
@@ -549,7 +573,7 @@ class TuningSession(SessionLifecycle):
             for b in builds:
                 if b.path not in kept:
                     self.builder.discard(b.path)
-        round_phases["measure"] = time.time() - t_measure - round_phases["cross_seed"]
+        round_phases["measure"] = time.time() - t_measure
         if measured_c:
             ctx.notify_runner_results(measured_c, results)
         t = time.time()
