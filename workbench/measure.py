@@ -23,17 +23,28 @@ other processes' CPU) comes back with the run times.
 
 Building is not overlapped with timing: on a 2-core machine a concurrent
 compile takes a core from the kernel being timed and skews its latency.
+
+``make_builder`` and ``make_runner`` are the one place where a session, a
+network, transfer-tuning or a benchmark gets its pools from a target and a
+preset (``make_runner`` also gives an RPC runner for ``rpc://HOST:PORT/KEY``).
+The contracts these classes keep are in ``interfaces``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import signal
 import tempfile
-from dataclasses import dataclass, field
 
 import numpy as np
+
+from . import interfaces
+from .interfaces import BuildResult, RunResult
+
+__all__ = ["BuildResult", "Builder", "RunResult", "Runner", "WorkerProcess", "make_builder", "make_runner",
+           "naive_and_reference", "verify"]
 
 # ---------------------------------------------------------------- worker side
 
@@ -114,27 +125,6 @@ def _compute_in_worker(path: str, inputs: list, out_shape: tuple) -> np.ndarray:
 # ---------------------------------------------------------------- session side
 
 
-@dataclass
-class BuildResult:
-    path: str | None
-    error_class: str | None = None
-    error_msg: str | None = None
-
-
-@dataclass
-class RunResult:
-    run_secs: list = field(default_factory=list)
-    error_class: str | None = None
-    error_msg: str | None = None
-    # noise.TimingMeter's reading of this timing (wait_fraction, other_cores, wall_s); None where the runner
-    # cannot take one (RPC: the kernel runs on another machine)
-    reading: dict | None = None
-
-    @property
-    def latency_s(self) -> float | None:
-        return float(np.median(self.run_secs)) if self.run_secs else None
-
-
 def _classify(exc: BaseException, stage: str) -> tuple[str, str]:
     name = type(exc).__name__
     msg = str(exc).strip() or name
@@ -153,7 +143,45 @@ def _pool(workers: int, timeout: float, num_threads: int = 1):
                              initargs=(num_threads,))
 
 
-class Builder:
+class WorkerProcess:
+    """One persistent TVM worker process (``tvm.exec.popen_worker``) with a timeout per call.
+
+    ``submit(fn, *args, timeout=None)`` returns a ``concurrent.futures.Future`` of
+    ``fn(*args)`` run in the process; calls run one at a time, in the order submitted.
+    ``timeout`` (seconds; None: the ``timeout`` given here) bounds that call only. A call
+    past its timeout fails with ``TimeoutError``, one whose process died with
+    ``ChildProcessError``; either way the process is killed and the next call starts a new
+    one (running ``initializer(*initargs)`` first, as the first call does).
+
+    ``PopenPoolExecutor`` takes one timeout for the pool's life, and TVM has no public way to
+    change it; ``PopenWorker.send`` takes one per call, so a single worker is built on that.
+    ``close()`` kills the process; calls in flight fail; calling it again does nothing.
+    """
+
+    def __init__(self, timeout: float | None = None, initializer=None, initargs: tuple = ()):
+        from tvm.support.popen_pool import PopenWorker
+
+        self.timeout = timeout
+        self._worker = PopenWorker(initializer, initargs)
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self._closed = False
+
+    def submit(self, fn, *args, timeout: float | None = None) -> concurrent.futures.Future:
+        return self._thread.submit(self._call, fn, args, self.timeout if timeout is None else timeout)
+
+    def _call(self, fn, args, timeout):
+        self._worker.send(fn, args, None, timeout)
+        return self._worker.recv()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._worker.kill()
+        self._thread.shutdown(wait=False)
+
+
+class Builder(interfaces.Builder):
     def __init__(self, target: dict, workers: int = 2, timeout: float = 60.0):
         import tvm
 
@@ -186,8 +214,8 @@ class Builder:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Runner:
-    """Times kernels and computes outputs for verification, one kernel at a time."""
+class Runner(interfaces.Runner):
+    """Times kernels on this machine and computes outputs for verification, one kernel at a time."""
 
     measures_locally = True  # kernels run on this machine: its load matters (see noise.NoiseGuard)
 
@@ -196,16 +224,11 @@ class Runner:
         self.num_threads = int(num_threads)
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
-        self._pool = _pool(1, timeout, self.num_threads)
-        self._warm = self._pool.submit(_ready)
+        self._worker = WorkerProcess(timeout, _worker_init, (self.num_threads,))
+        self._warm = self._worker.submit(_ready)
 
     def _call(self, timeout, fn, *args):
-        # The pool's timeout applies per call; one thread drives this runner, so it can be swapped.
-        self._pool._timeout = timeout or self.timeout
-        try:
-            return self._pool.submit(fn, *args).result()
-        finally:
-            self._pool._timeout = self.timeout
+        return self._worker.submit(fn, *args, timeout=timeout or self.timeout).result()
 
     def run(self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None,
             min_repeat_ms=None) -> RunResult:
@@ -226,7 +249,35 @@ class Runner:
             return None, cls, msg
 
     def close(self):
-        self._pool.shutdown(wait=False)
+        self._worker.close()
+
+
+def make_builder(target: dict, preset, workers: int | None = None) -> Builder:
+    """The builder pool for ``target`` (a ``tvm_env.parse_target`` dict) under a ``presets.Preset``:
+    ``workers`` processes (default: 2, or 1 on a 1-core machine), the preset's build timeout."""
+    from . import tvm_env
+
+    return Builder(target, workers=workers or min(2, tvm_env.available_cores()), timeout=preset.build_timeout)
+
+
+def make_runner(spec, target: dict, preset, on_health=None) -> interfaces.Runner:
+    """The runner a ``spec`` names, timing as a ``presets.Preset`` says.
+
+    ``None`` or ``"local"``: a ``Runner`` on this machine with the target's ``num-cores``
+    threads. ``"rpc://HOST:PORT/KEY"``: an ``rpc.RPCRunner`` on the servers under KEY at that
+    tracker, reporting server health to ``on_health(dict)``; ``errors.WorkbenchError`` if the
+    URL is malformed or no server is registered. Any other object is taken to be a runner
+    already made and returned as it is (its caller owns it and closes it).
+    """
+    if spec is None or spec == "local":
+        return Runner(int(target["num-cores"]), timeout=preset.run_timeout, number=preset.number,
+                      repeat=preset.repeat, min_repeat_ms=preset.min_repeat_ms)
+    if isinstance(spec, str):
+        from . import rpc
+
+        return rpc.RPCRunner(spec, timeout=preset.run_timeout, number=preset.number, repeat=preset.repeat,
+                             min_repeat_ms=preset.min_repeat_ms, on_health=on_health)
+    return spec
 
 
 def verify(out: np.ndarray, ref: np.ndarray) -> tuple[bool, str]:
@@ -242,8 +293,8 @@ def verify(out: np.ndarray, ref: np.ndarray) -> tuple[bool, str]:
     return ok, f"max abs error {err.max():.3g} (scale {scale:.3g})"
 
 
-def naive_and_reference(workload, builder: Builder, runner: Runner, inputs: list, timeout: float = 600.0,
-                        need_latency: bool = True):
+def naive_and_reference(workload, builder: interfaces.Builder, runner: interfaces.Runner, inputs: list,
+                        timeout: float = 600.0, need_latency: bool = True):
     """(naive latency ms or None, reference output) for a workload.
 
     The naive program is the unscheduled PrimFunc built by TVM; it is timed with

@@ -1,8 +1,9 @@
 """Timing candidates on other machines through TVM's RPC tracker.
 
-``RPCRunner`` has ``measure.Runner``'s interface (``run``, ``compute``,
-``close``) plus ``run_many``, which times a batch on every server registered
-under a key at a ``python -m tvm.exec.rpc_tracker``, several at once.
+``RPCRunner`` is an ``interfaces.BatchRunner``: ``measure.Runner``'s ``run``,
+``compute`` and ``close``, plus ``run_many``, which times a batch on every
+server registered under a key at a ``python -m tvm.exec.rpc_tracker``, several
+at once.
 Candidates are still built locally (``measure.Builder``); each measurement is
 one TVM RPC session: the tracker hands out a free server, the built tar is
 uploaded, loaded with ``load_module`` and timed with ``time_evaluator`` on the
@@ -46,8 +47,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import interfaces
 from .errors import WorkbenchError
-from .measure import RunResult, _classify
+from .interfaces import RunResult
+from .measure import WorkerProcess, _classify
+from .tvm_private import TrackerConnection, TrackerRefused
 
 CONNECT_TIMEOUT = 5.0
 GRACE = 10.0  # seconds a client worker may outlive the kernel timeout (connect, upload, download)
@@ -62,32 +66,21 @@ def parse_runner_url(url: str) -> tuple[str, int, str]:
     return m["host"].strip("[]"), int(m["port"]), m["key"]
 
 
-def _tracker_session(host: str, port: int, timeout: float = CONNECT_TIMEOUT):
-    """A ``tvm.rpc.TrackerSession`` whose socket gives up after ``timeout`` s instead of blocking forever."""
-    from tvm import rpc
-
-    # TrackerSession retries a refused connection for 60 s; an unreachable tracker should fail at once.
-    from tvm.rpc import base
-
+def _tracker_session(host: str, port: int, timeout: float = CONNECT_TIMEOUT) -> TrackerConnection:
+    """A connection to the tracker whose socket gives up after ``timeout`` s instead of blocking forever."""
+    # Not tvm.rpc.connect_tracker: it retries a refused connection for 60 s (an unreachable tracker should fail
+    # at once), and its handshake waits forever on a port that accepts but never answers.
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as e:
         raise WorkbenchError(f"cannot reach the RPC tracker at {host}:{port}: {e.strerror or e}") from None
-    # The same handshake TrackerSession does, but under a timeout: it would wait forever on a silent port.
+    t = TrackerConnection(sock)
     try:
-        with sock:
-            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
-            magic = struct.unpack("<i", base.recvall(sock, 4))[0]
-        if magic != base.RPC_TRACKER_MAGIC:
-            raise RuntimeError("wrong magic number")
+        t.handshake()
     except (OSError, RuntimeError, struct.error) as e:
+        t.close()
         raise WorkbenchError(f"{host}:{port} does not answer as a TVM RPC tracker: {e or type(e).__name__}") from None
-    try:
-        t = rpc.connect_tracker(host, port)
-        t._sock.settimeout(timeout)
-        return t
-    except (OSError, RuntimeError) as e:
-        raise WorkbenchError(f"{host}:{port} does not answer as a TVM RPC tracker: {e}") from None
+    return t
 
 
 def tracker_servers(host: str, port: int, key: str, timeout: float = CONNECT_TIMEOUT) -> int:
@@ -95,7 +88,7 @@ def tracker_servers(host: str, port: int, key: str, timeout: float = CONNECT_TIM
     t = _tracker_session(host, port, timeout)
     try:
         s = t.summary()
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, ValueError) as e:
         raise WorkbenchError(f"{host}:{port} does not answer as a TVM RPC tracker: {e}") from None
     finally:
         t.close()
@@ -202,7 +195,7 @@ def _still_listening(host: str, port: int, timeout: float = 2.0) -> bool:
     return True
 
 
-class RPCRunner:
+class RPCRunner(interfaces.BatchRunner):
     """Times kernels on the servers registered under ``key`` at a TVM RPC tracker.
 
     ``parallel`` (default: the number of servers registered when it starts)
@@ -211,10 +204,10 @@ class RPCRunner:
     how long to wait for a free server before giving up.
     """
 
+    measures_locally = False  # kernels run on the servers: this machine's load does not disturb their timings
+
     def __init__(self, url: str, timeout: float = 30.0, number: int = 1, repeat: int = 3, min_repeat_ms: int = 30,
                  parallel: int | None = None, retries: int = 2, request_timeout: float = 60.0, on_health=None):
-        from tvm.support.popen_pool import PopenPoolExecutor
-
         self.url = url
         self.host, self.port, self.key = parse_runner_url(url)
         n = tracker_servers(self.host, self.port, self.key)
@@ -231,16 +224,15 @@ class RPCRunner:
         self._lock = threading.Lock()
         # One slot more than the servers: a verification (compute) asked for while a batch holds every
         # other slot gets its own worker and tracker connection instead of waiting for the batch.
-        self._pools = [PopenPoolExecutor(max_workers=1, timeout=timeout + GRACE, initializer=_slot_init)
-                       for _ in range(self.parallel + 1)]
-        self._trackers: list = [None] * (self.parallel + 1)
+        self._workers = [WorkerProcess(timeout + GRACE, _slot_init) for _ in range(self.parallel + 1)]
+        self._trackers: list[TrackerConnection | None] = [None] * (self.parallel + 1)
         self._free: queue.Queue = queue.Queue()
         for k in range(self.parallel + 1):
             self._free.put(k)
-        for p in self._pools:  # start the workers (each imports TVM) while the session prepares
+        for p in self._workers:  # start the workers (each imports TVM) while the session prepares
             p.submit(_slot_init)
 
-    # ---- the interface of measure.Runner
+    # ---- interfaces.Runner
     def run(self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None,
             min_repeat_ms=None) -> RunResult:
         return self.run_many([(path, shapes)], timeout=timeout, number=number, repeat=repeat,
@@ -267,11 +259,12 @@ class RPCRunner:
         return self._dispatch(jobs, on_result, proceed)
 
     def close(self):
-        for p in self._pools:
-            p.shutdown(wait=False)
-        for t in self._trackers:
+        for p in self._workers:
+            p.close()
+        for k, t in enumerate(self._trackers):
             if t is not None:
                 t.close()
+                self._trackers[k] = None
 
     # ---- internals
     def _job(self, i, mode, path, data, timeout, number, repeat, min_repeat_ms) -> _Job:
@@ -342,16 +335,14 @@ class RPCRunner:
 
     def _request(self, k: int):
         """(host, port, matchkey) of a free server, from this slot's own tracker connection."""
-        from tvm.rpc import base
-
-        # TrackerSession.request() hides which server it got; the same two messages give us its address.
         if self._trackers[k] is None:
             self._trackers[k] = _tracker_session(self.host, self.port)
         t = self._trackers[k]
-        t._sock.settimeout(self.request_timeout)
+        t.settimeout(self.request_timeout)
         try:
-            base.sendjson(t._sock, [base.TrackerCode.REQUEST, self.key, "", 1])
-            value = base.recvjson(t._sock)
+            return t.request(self.key)
+        except TrackerRefused as e:
+            raise _Unavailable(f"the RPC tracker at {self.host}:{self.port} refused the request: {e}") from None
         except (OSError, RuntimeError, ValueError) as e:
             # The tracker may still answer this request later: the connection cannot be reused.
             t.close()
@@ -360,9 +351,6 @@ class RPCRunner:
                 raise _Unavailable(f"no RPC server under key {self.key!r} at {self.host}:{self.port} became free "
                                    f"within {self.request_timeout:g} s") from None
             raise _Unavailable(f"lost the RPC tracker at {self.host}:{self.port}: {e}") from None
-        if value[0] != base.TrackerCode.SUCCESS:
-            raise _Unavailable(f"the RPC tracker at {self.host}:{self.port} refused the request: {value}")
-        return value[1]
 
     def _slot(self, k, todo, done, stop, proceed):
         try:
@@ -371,7 +359,7 @@ class RPCRunner:
             self._free.put(k)
 
     def _serve(self, k, todo, done, stop, proceed):
-        pool = self._pools[k]
+        worker = self._workers[k]
         while not stop.is_set():
             try:
                 job = todo.get_nowait()
@@ -387,11 +375,10 @@ class RPCRunner:
             server = f"{url}:{port}"
             job.servers.append(server)
             self._health(server, "busy")
-            pool._timeout = job.timeout + GRACE
             t0 = time.time()
             try:
-                r = pool.submit(_remote_call, url, port, matchkey, job.timeout, job.mode, job.path, job.data,
-                                job.number, job.repeat, job.min_repeat_ms).result()
+                r = worker.submit(_remote_call, url, port, matchkey, job.timeout, job.mode, job.path, job.data,
+                                job.number, job.repeat, job.min_repeat_ms, timeout=job.timeout + GRACE).result()
             except BaseException as e:  # noqa: BLE001 - the worker timed out or died
                 cls, msg = _classify(e, "run")
                 r = ("worker", cls, msg)
