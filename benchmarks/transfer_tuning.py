@@ -111,9 +111,8 @@ def measure_default(targets, target="host"):
     tvm_env.setup()
     td = tvm_env.parse_target(target)
     p = presets.get("quick")
-    builder = measure.Builder(td, workers=min(2, tvm_env.available_cores()), timeout=p.build_timeout)
-    runner = measure.Runner(int(td["num-cores"]), timeout=p.run_timeout, number=p.number, repeat=p.repeat,
-                            min_repeat_ms=p.min_repeat_ms)
+    builder = measure.make_builder(td, p)
+    runner = measure.make_runner(None, td, p)
     out = {}
     try:
         builds = builder.build([default_schedule(w) for w in targets])

@@ -217,10 +217,8 @@ class NetworkSession(SessionLifecycle):
     def _open_pools(self) -> None:
         tvm_env.setup()
         p = self.preset
-        self.builder = measure.Builder(self.target_dict, workers=min(2, tvm_env.available_cores()),
-                                       timeout=p.build_timeout)
-        self.runner = measure.Runner(int(self.target_dict["num-cores"]), timeout=p.run_timeout, number=p.number,
-                                     repeat=p.repeat, min_repeat_ms=p.min_repeat_ms)
+        self.builder = measure.make_builder(self.target_dict, p)
+        self.runner = measure.make_runner(None, self.target_dict, p)
 
     def _close_pools(self) -> None:
         for obj in (getattr(self, "builder", None), getattr(self, "runner", None)):

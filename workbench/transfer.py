@@ -151,9 +151,8 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
     target_dict = tvm_env.parse_target(target)
     tvm_target = tvm_env.make_target(target_dict)
     p = _preset()
-    builder = measure.Builder(target_dict, workers=min(2, tvm_env.available_cores()), timeout=p.build_timeout)
-    runner = measure.Runner(int(target_dict["num-cores"]), timeout=p.run_timeout, number=p.number, repeat=p.repeat,
-                            min_repeat_ms=p.min_repeat_ms)
+    builder = measure.make_builder(target_dict, p)
+    runner = measure.make_runner(None, target_dict, p)
     out_store = RecordStore(db) if db else None
     strip = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)
     results = []
