@@ -1,0 +1,381 @@
+"""One contract suite per extension point of ``workbench/interfaces.py``, run over every implementation.
+
+A new builder, runner or cost model joins its suite by an entry in ``BUILDERS``, ``RUNNERS`` or
+``COST_MODELS`` below; a new layout strategy joins by being registered in ``layouts.STRATEGIES``.
+The RPC runner is exercised against a real tracker and server on 127.0.0.1 (``test_rpc.Cluster``).
+"""
+
+import contextlib
+import inspect
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from workbench import cost_model, interfaces, layouts, measure, presets, space, tvm_env, tvm_private
+from workbench.errors import WorkbenchError
+from workbench.workloads import workload_from_spec
+
+from .shapes import SMALL
+from .test_faults import bad_modules
+from .test_rpc import Cluster
+
+TARGET = {"kind": "llvm", "num-cores": 1}
+PRESET = presets.get("quick")  # run_timeout 30 s: a per-call timeout that is honoured is visibly shorter
+
+
+def _broken_and_slow_modules():
+    """(a module TVM refuses to build, a kernel that runs for milliseconds), both on float32[16] A and B."""
+    import tvm
+    from tvm import tirx
+    from tvm.script import tirx as T
+
+    undefined = tirx.Var("undefined", "int32")
+
+    @T.prim_func(check_well_formed=False)
+    def unbuildable(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        B[0] = T.Cast("float32", undefined)  # a variable nothing defines: the build rejects it
+
+    @T.prim_func
+    def slow(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for i in range(16):
+            B[i] = A[i]
+        for k in range(2000000):  # a dependency chain through memory: ~5 ms, not vectorisable away
+            B[k % 16] = B[(k * 7 + 3) % 16] * T.float32(0.5) + A[k % 16]
+
+    return tvm.IRModule({"main": unbuildable}), tvm.IRModule({"main": slow})
+
+
+@pytest.fixture(scope="module")
+def pools():
+    """A builder and a local runner for the suites that need built kernels."""
+    tvm_env.setup()
+    b = measure.make_builder(TARGET, PRESET)
+    r = measure.make_runner(None, TARGET, PRESET)
+    yield b, r
+    r.close()
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def kernels(pools):
+    """Paths of built kernels (good: B = 2A; segv: crashes; hang: never ends; slow: milliseconds) and their shapes."""
+    builder, _ = pools
+    good, segv, hang, shapes = bad_modules()
+    _, slow = _broken_and_slow_modules()
+    built = builder.build([good, segv, hang, slow])
+    assert all(b.path for b in built), built
+    return dict(zip(("good", "segv", "hang", "slow"), (b.path for b in built))), shapes
+
+
+# ---------------------------------------------------------------- Builder
+
+BUILDERS = {"local": lambda: measure.make_builder(TARGET, PRESET, workers=1)}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDERS))
+def builder(request):
+    b = BUILDERS[request.param]()
+    yield b
+    b.close()
+
+
+def test_builder_conforms(builder):
+    assert isinstance(builder, interfaces.Builder)
+
+
+def test_builder_gives_one_result_per_module_in_order_and_a_failure_as_a_result(builder):
+    good, _segv, _hang, _shapes = bad_modules()
+    unbuildable, slow = _broken_and_slow_modules()
+    assert builder.build([]) == []
+    results = builder.build([good, unbuildable, slow])
+    assert len(results) == 3 and all(isinstance(r, interfaces.BuildResult) for r in results)
+    ok1, bad, ok2 = results
+    assert ok1.path and ok2.path and ok1.path != ok2.path and os.path.isfile(ok1.path), results
+    assert ok1.error_class is ok2.error_class is None
+    assert bad.path is None and bad.error_class == "build-error", bad
+    assert bad.error_msg and "\n" not in bad.error_msg
+    for r in (ok1, ok2):
+        builder.discard(r.path)
+        assert not os.path.exists(r.path)
+        builder.discard(r.path)  # already discarded: nothing happens
+    builder.discard(None)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_builder_close_deletes_its_artifacts_and_is_idempotent(name):
+    b = BUILDERS[name]()
+    good, *_ = bad_modules()
+    [r] = b.build([good])
+    assert r.path and os.path.isfile(r.path)
+    b.close()
+    assert not os.path.exists(r.path)
+    b.close()
+
+
+# ---------------------------------------------------------------- Runner (and BatchRunner)
+
+# name -> (is a BatchRunner, measures locally)
+RUNNERS = {"local": (False, True), "rpc": (True, False)}
+
+
+@pytest.fixture(scope="module")
+def rpc_cluster():
+    c = Cluster(1)
+    yield c
+    c.close()
+
+
+def _runner_spec(name, request):
+    return None if name == "local" else request.getfixturevalue("rpc_cluster").url
+
+
+@pytest.fixture(scope="module", params=sorted(RUNNERS))
+def runner(request):
+    r = measure.make_runner(_runner_spec(request.param, request), TARGET, PRESET)
+    r.contract_name = request.param
+    yield r
+    r.close()
+
+
+def test_runner_conforms(runner):
+    batch, local = RUNNERS[runner.contract_name]
+    assert isinstance(runner, interfaces.Runner)
+    assert isinstance(runner, interfaces.BatchRunner) is batch
+    assert runner.measures_locally is local
+
+
+def test_runner_times_in_seconds(runner, kernels):
+    paths, shapes = kernels
+    t = time.perf_counter()
+    r = runner.run(paths["slow"], shapes, number=1, repeat=2, min_repeat_ms=0)
+    wall = time.perf_counter() - t
+    assert r.error_class is None and r.error_msg is None, r
+    assert len(r.run_secs) == 2 and all(s > 0 for s in r.run_secs)
+    assert r.latency_s == float(np.median(r.run_secs))
+    # Two million dependent iterations take well over 0.1 ms, and a timing cannot outlast the call that took it.
+    assert 1e-4 < r.latency_s < wall, (r.latency_s, wall)
+
+
+def test_runner_computes_the_kernels_output(runner, kernels):
+    paths, _ = kernels
+    x = np.linspace(-1, 1, 16, dtype="float32")
+    out, cls, msg = runner.compute(paths["good"], [x], (16,))
+    assert cls is None and msg is None
+    assert out.shape == (16,) and np.allclose(out, 2 * x)
+
+
+@contextlib.contextmanager
+def _runner_of_its_own(name):
+    """A runner that no other test uses, for RPC on a tracker and two servers of its own: a crashing kernel
+    takes its RPC server down with it (TVM's server exits when a session's process dies)."""
+    cluster = Cluster(2) if name == "rpc" else None
+    try:
+        r = measure.make_runner(cluster.url if cluster else None, TARGET, PRESET)
+        try:
+            yield r
+        finally:
+            r.close()
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+@pytest.mark.parametrize("name", sorted(RUNNERS))
+def test_runner_reports_a_crashing_kernel_as_a_result(name, kernels):
+    paths, shapes = kernels
+    with _runner_of_its_own(name) as runner:
+        r = runner.run(paths["segv"], shapes)
+        assert r.error_class == "run-crash" and r.error_msg and r.run_secs == [] and r.latency_s is None, r
+        out, cls, msg = runner.compute(paths["segv"], [np.ones(16, "float32")], (16,))
+        assert out is None and cls == "run-crash" and msg
+
+
+def test_runner_honours_a_per_call_timeout(runner, kernels):
+    paths, shapes = kernels
+    t = time.perf_counter()
+    r = runner.run(paths["hang"], shapes, timeout=1)
+    assert r.error_class == "run-timeout" and r.run_secs == [], r
+    assert time.perf_counter() - t < 15  # the runner's own timeout is 30 s
+    assert runner.run(paths["good"], shapes).error_class is None
+
+
+def test_batch_runner_returns_results_in_order_and_stops_when_told(runner, kernels):
+    if not isinstance(runner, interfaces.BatchRunner):
+        pytest.skip("not a BatchRunner")
+    paths, shapes = kernels
+    seen = []
+    items = [(paths["good"], shapes), (paths["slow"], shapes), (paths["good"], shapes)]
+    results = runner.run_many(items, on_result=lambda i, r: seen.append((i, r)), min_repeat_ms=0)
+    assert len(results) == 3 and all(r.error_class is None and r.latency_s > 0 for r in results), results
+    assert sorted(i for i, _ in seen) == [0, 1, 2] and all(results[i] is r for i, r in seen)
+    assert results[1].latency_s > results[0].latency_s  # each result belongs to its own item
+    assert runner.run_many(items, proceed=lambda: False) == [None, None, None]
+
+
+@pytest.mark.parametrize("name", sorted(RUNNERS))
+def test_runner_close_is_idempotent(name, request):
+    r = measure.make_runner(_runner_spec(name, request), TARGET, PRESET)
+    r.close()
+    r.close()
+
+
+def test_make_runner_passes_a_runner_through_and_rejects_a_bad_url(pools):
+    _, local = pools
+    assert measure.make_runner(local, TARGET, PRESET) is local
+    with pytest.raises(WorkbenchError, match="rpc://HOST:PORT/KEY"):
+        measure.make_runner("rpc:/nowhere", TARGET, PRESET)
+
+
+# ---------------------------------------------------------------- CostModel
+
+COST_MODELS = {"pack-sum-xgb": lambda: cost_model.PackSumXGB(seed=0, max_rounds=100, early_stop=10, warmup=8,
+                                                              nthread=1)}
+
+
+@pytest.fixture(params=sorted(COST_MODELS))
+def model(request):
+    return COST_MODELS[request.param]()
+
+
+def _programs(rng, n):
+    """n programs (1-3 feature rows each) and their throughput: a sum over rows, as pack-sum assumes."""
+    progs = [rng.uniform(0, 1, size=(int(rng.integers(1, 4)), cost_model.N_FEATURES)).astype(np.float32)
+             for _ in range(n)]
+    return progs, np.array([float((0.1 + 3 * p[:, 0] + p[:, 1] ** 2).sum()) for p in progs])
+
+
+def _rank_correlation(a, b):
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def test_cost_model_conforms_and_is_random_before_training(model):
+    assert isinstance(model, interfaces.CostModel)
+    rng = np.random.default_rng(0)
+    progs, _ = _programs(rng, 5)
+    assert model.n_samples == 0 and not model.trained and model.last_train_rounds == 0
+    assert model.feature_importance() == {}
+    assert model.train() is False
+    for scores in (model.predict(progs), model.untrained_scores(5)):
+        assert scores.shape == (5,) and np.all((scores >= 0) & (scores < 1))
+    for p in progs:
+        model.add(p, 1e-3, "w")
+    assert model.n_samples == 5 and model.train() is False and not model.trained  # below its warm-up
+
+
+def test_cost_model_ranks_after_training_within_each_group(model):
+    rng = np.random.default_rng(1)
+    progs, speed = _programs(rng, 300)
+    # Two workloads whose latencies differ by 1000x: costs are compared only within a group.
+    for i, (p, s) in enumerate(zip(progs[:240], speed[:240])):
+        model.add(p, (1e-3 if i % 2 else 1.0) / s, "small" if i % 2 else "large")
+    model.add(progs[0], None, "small")  # a failed program
+    assert model.n_samples == 241
+    assert model.train() is True
+    assert model.trained and model.last_train_rounds > 0 and model.untrained_scores(3) is None
+    importance = model.feature_importance()
+    assert importance and all(isinstance(v, float) for v in importance.values())
+    test, true_speed = progs[240:], speed[240:]
+    pred = model.predict(test)
+    assert pred.shape == (60,) and np.all(np.isfinite(pred))
+    assert _rank_correlation(pred, true_speed) > 0.8
+    assert np.array_equal(model.predict(test), pred)  # a trained model is deterministic
+
+
+def test_cost_model_predicts_while_another_thread_adds_and_trains(model):
+    rng = np.random.default_rng(2)
+    progs, speed = _programs(rng, 60)
+    errors, done = [], threading.Event()
+
+    def predict():
+        while not done.is_set():
+            try:
+                assert len(model.predict(progs[:8])) == 8
+                model.n_samples, model.trained, model.feature_importance()
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=predict)
+    t.start()
+    try:
+        for p, s in zip(progs, speed):
+            model.add(p, 1e-3 / s, "w")
+            if model.n_samples % 20 == 0:
+                model.train()
+    finally:
+        done.set()
+        t.join()
+    assert errors == [] and model.trained
+
+
+# ---------------------------------------------------------------- LayoutStrategy
+
+
+@pytest.fixture(scope="module")
+def conv():
+    return workload_from_spec(SMALL["conv_nhwc"])  # has a constant weight: every strategy is distinct on it
+
+
+def _candidate(workload, strategy):
+    for seed in range(1, 20):
+        sch = space.annotate(workload, 0, seed, strategy)
+        if sch is not None:
+            return sch
+    raise AssertionError(f"no annotation of {workload.name} survives {strategy}'s postprocessors")
+
+
+@pytest.mark.parametrize("name", list(layouts.STRATEGIES))
+def test_layout_strategy_conforms_and_is_registered(name):
+    from tvm.s_tir import meta_schedule as ms
+
+    s = layouts.STRATEGIES[name]
+    assert isinstance(s, interfaces.LayoutStrategy)
+    assert s.name == name and layouts.get(name) is s and name in layouts.STRATEGY_INDEX
+    assert s.summary.strip() and s.latency_means.strip() and isinstance(s.rewrites_offline, bool)
+    a, b = s.postprocs(), s.postprocs()
+    assert a and len(a) == len(b) and all(isinstance(p, ms.postproc.Postproc) for p in a + b)
+    assert not any(x.same_as(y) for x in a for y in b)  # a new list of new postprocessors per call
+
+
+@pytest.mark.parametrize("name", list(layouts.STRATEGIES))
+def test_layout_strategy_deploy_inputs_are_what_its_kernel_computes_the_reference_from(name, conv, pools):
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    builder, runner = pools
+    s = layouts.get(name)
+    sch = _candidate(conv, name)
+    inputs = conv.make_inputs(seed=1234)
+    kin = s.deploy_inputs(sch, conv, inputs)
+    shapes = [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
+    assert [k.shape for k in kin] == shapes[:-1]
+    if not s.rewrites_offline:
+        assert all(k is x or np.array_equal(k, x) for k, x in zip(kin, inputs))
+    [b] = builder.build([RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)])
+    try:
+        assert b.path, b
+        out, cls, msg = runner.compute(b.path, kin, shapes[-1])
+        assert cls is None, msg
+        ok, detail = measure.verify(out, conv.numpy_reference(inputs).astype(np.float64))
+        assert ok, detail
+    finally:
+        builder.discard(b.path)
+
+
+# ---------------------------------------------------------------- TVM internals (workbench/tvm_private.py)
+
+
+def test_the_tvm_internals_the_workbench_relies_on_are_there():
+    from tvm.support.popen_pool import PopenWorker
+
+    assert tvm_private.missing() == [], (
+        f"the installed TVM lacks {tvm_private.missing()}: workbench/tvm_private.py must be adapted to it")
+    assert "timeout" in inspect.signature(PopenWorker.send).parameters, (
+        "tvm.support.popen_pool.PopenWorker.send has no per-call timeout: measure.WorkerProcess must be adapted")
+
