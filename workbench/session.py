@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from . import cost_model as cm
-from . import layouts, measure, noise, presets, space, tvm_env
+from . import interfaces, layouts, measure, noise, presets, space, tvm_env
 from .controller import StrategyController, make_policy
 from .errors import WorkbenchError
 from .events import Event
@@ -80,7 +80,7 @@ class TuningSession(SessionLifecycle):
         self.controller = StrategyController(
             self.strategies, _mode_for(strategy, self.strategies),
             make_policy(self.preset.controller_policy, self.preset.controller_c, self.preset.controller_lam, seed))
-        # RPC: runner="rpc://HOST:PORT/KEY" (or any object with measure.Runner's methods); checked before
+        # RPC: runner="rpc://HOST:PORT/KEY" (or any interfaces.Runner); checked before
         # a session row exists, so an unreachable tracker leaves nothing behind.
         if runner is not None and runner != "local" and isinstance(runner, str):
             from . import rpc
@@ -236,9 +236,10 @@ class TuningSession(SessionLifecycle):
                                         strategy_onehot=p.strategy_onehot)
         self._ctx_strategy: dict = {}
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
-        self.builder = self._shared_builder or measure.Builder(self.target_dict, workers=self.builder_workers,
-                                                               timeout=p.build_timeout)
-        self.runner = self._make_runner(p)
+        self.builder = self._shared_builder or measure.make_builder(self.target_dict, p, workers=self.builder_workers)
+        # RPC server health arrives on this (the tuning) thread, so it is stored and emitted like any event.
+        self.runner = measure.make_runner(self.runner_spec, self.target_dict, p,
+                                          on_health=lambda d: self._emit("runner_health", **d))
         self.inputs = w.make_inputs(seed=1234)
         self.out_shape = w.arg_shapes[-1]
         self._measured_hashes: set = set()
@@ -272,19 +273,6 @@ class TuningSession(SessionLifecycle):
             self.noise.start()
         if prior:
             self._restore(prior)
-
-    def _make_runner(self, p):
-        spec = self.runner_spec
-        if spec is None or spec == "local":
-            return measure.Runner(int(self.target_dict["num-cores"]), timeout=p.run_timeout, number=p.number,
-                                  repeat=p.repeat, min_repeat_ms=p.min_repeat_ms)
-        if isinstance(spec, str):
-            from . import rpc
-
-            # Health arrives on this (the tuning) thread, so it is stored and emitted like any event.
-            return rpc.RPCRunner(spec, timeout=p.run_timeout, number=p.number, repeat=p.repeat,
-                                 min_repeat_ms=p.min_repeat_ms, on_health=lambda d: self._emit("runner_health", **d))
-        return spec
 
     def _strategy_of_ctx(self, ctx) -> str:
         return self._ctx_strategy[str(ctx.task_name)]
@@ -557,7 +545,7 @@ class TuningSession(SessionLifecycle):
             with self.measurement_gate:
                 slow_before = self.noise.check_probe("before round")
                 first_id = self.store.last_record_id(self.session_id)
-                if hasattr(self.runner, "run_many"):
+                if isinstance(self.runner, interfaces.BatchRunner):
                     self._measure_batch(props, builds, measured)
                 else:
                     for i in range(len(props)):
@@ -586,7 +574,7 @@ class TuningSession(SessionLifecycle):
         top = sorted(preds, reverse=True)[: max(1, len(preds) // 4)]
         pruned = self.controller.observe(strategy, round_best, global_prev, len(measured_c),
                                          predicted_mean=float(np.mean(top)) if len(top) else None,
-                                         model_trained=self.model.booster is not None)
+                                         model_trained=self.model.trained)
         self._emit("round_finished", round=self.round, strategy=strategy, measured=len(measured_c), errors=errors,
                    round_best_ms=None if round_best is None else round_best * 1e3, best_ms=self._best_ms(),
                    pruned=pruned, controller=self.controller.state(),
