@@ -32,6 +32,9 @@ it found nothing valid), discounted by ``gamma`` each round::
 and an arm with at least ``prune_after`` rounds whose best is more than
 ``prune_ratio`` times the global best is pruned (never the last one).
 
+``projected-best``: ``optimistic-best`` with the arms compared at equal trials (an arm's best projected
+to the most-tried arm's trial count along that arm's own learning curve; see ProjectedBestPolicy).
+
 ``uniform``: every live arm equally likely each round, no pruning (the ablation
 "uniform arm mix": the shared model and cross-seeding without the choice).
 """
@@ -57,6 +60,8 @@ class ArmState:
     pruned: bool = False
     exhausted: bool = False
     trials: int = 0
+    # (trials so far, best so far) after each of the arm's rounds: its own learning curve
+    history: list = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +129,44 @@ class OptimisticBestPolicy:
         return []
 
 
+class ProjectedBestPolicy(OptimisticBestPolicy):
+    """``optimistic-best`` with the arms compared at equal trials: an arm's best is projected to the
+    trial count of the arm tried most (the leader) by the leader's own learning curve,
+
+        proj_a = b_a * b_lead(n_lead) / b_lead(n_a)
+
+    with ``b_lead(n)`` the leader's best after its first ``n`` trials, so an arm that has had one round
+    is judged against what the leader had after as many trials, not after all of its own."""
+
+    name = "projected-best"
+
+    @staticmethod
+    def _best_at(arm: ArmState, n: int) -> float:
+        out = arm.history[0][1] if arm.history else math.inf
+        for trials, best in arm.history:
+            if trials > n:
+                break
+            out = best
+        return out
+
+    def scores(self, arms, live) -> dict:
+        tried = [s for s in live if arms[s].rounds and math.isfinite(arms[s].best_s)]
+        if not tried:
+            return super().scores(arms, live)
+        lead = max(tried, key=lambda s: (arms[s].trials, -arms[s].best_s))
+        la = arms[lead]
+        proj = {}
+        for s in live:
+            a = arms[s]
+            if s == lead or not math.isfinite(a.best_s) or a.rounds == 0:
+                proj[s] = a.best_s
+                continue
+            then = self._best_at(la, a.trials)
+            proj[s] = a.best_s * la.best_s / then if math.isfinite(then) and then > 0 else a.best_s
+        projected = {s: ArmState(rounds=arms[s].rounds, best_s=proj[s], predicted=arms[s].predicted) for s in live}
+        return super().scores(projected, live)
+
+
 class UCBGainPolicy:
     name = "ucb-gain"
 
@@ -185,7 +228,7 @@ class UniformPolicy:
         return []
 
 
-POLICIES = {p.name: p for p in (OptimisticBestPolicy, UCBGainPolicy, UniformPolicy)}
+POLICIES = {p.name: p for p in (OptimisticBestPolicy, ProjectedBestPolicy, UCBGainPolicy, UniformPolicy)}
 DEFAULT_POLICY = OptimisticBestPolicy.name
 
 
@@ -287,6 +330,7 @@ class StrategyController:
                 arm.best_s = min(arm.best_s, round_best_s)
             if model_trained and predicted_mean is not None:
                 arm.predicted = predicted_mean
+            arm.history.append((arm.trials, arm.best_s))
             self.policy.reward(self.arms, arm, round_best_s, global_best_prev_s)
             if self.mode != "auto":
                 return []
