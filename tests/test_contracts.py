@@ -204,9 +204,15 @@ def test_runner_honours_a_per_call_timeout(runner, kernels):
     assert runner.run(paths["good"], shapes).error_class is None
 
 
-def test_batch_runner_returns_results_in_order_and_stops_when_told(runner, kernels):
-    if not isinstance(runner, interfaces.BatchRunner):
-        pytest.skip("not a BatchRunner")
+@pytest.fixture(scope="module", params=sorted(n for n, (batch, _) in RUNNERS.items() if batch))
+def batch_runner(request):
+    r = measure.make_runner(_runner_spec(request.param, request), TARGET, PRESET)
+    yield r
+    r.close()
+
+
+def test_batch_runner_returns_results_in_order_and_stops_when_told(batch_runner, kernels):
+    runner = batch_runner
     paths, shapes = kernels
     seen = []
     items = [(paths["good"], shapes), (paths["slow"], shapes), (paths["good"], shapes)]
