@@ -203,6 +203,8 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path, monk
     # The load path alone: the probe's drift check is off here, since this host's own slow spells (which the
     # probe path waits out) would make the outcome depend on the hour rather than on the hog.
     monkeypatch.setattr(noise, "NoisePolicy", functools.partial(noise.NoisePolicy, max_probe_drift=1e9))
+    # Processes an earlier test left winding down would disturb the re-time this test expects to be clean.
+    assert noise.wait_for_quiet(noise.NoisePolicy(max_wait_s=60))["quiet"]
     db = str(tmp_path / "w.db")
     s = TuningSession(SMALL["matmul"], trials=8, trials_per_round=8, db=db, strategy="no-rewrite",
                       noise="wait", confirm_rounds=2)
@@ -223,7 +225,8 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path, monk
     finally:
         _stop(hogs)
     states = [e.data["state"] for e in events if e.kind == "measurement_noise"]
-    assert states[:3] == ["noisy", "waiting", "quiet"] and "remeasured" in states, states
+    assert states[:3] == ["noisy", "waiting", "quiet"] and "remeasured" in states, \
+        [(e.data["state"], noise.describe(e.data)) for e in events if e.kind == "measurement_noise"]
     assert s.status == "finished" and s.trials_done == 8
     rec = s.records()
     # what the hog disturbed was waited for and re-timed, not recorded as is
