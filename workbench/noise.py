@@ -28,6 +28,11 @@ import os
 import time
 from dataclasses import dataclass
 
+try:
+    from . import events as ev
+except ImportError:  # loaded as a lone file by a peer library's timing process (benchmarks/_protocol.py), which
+    ev = None        # uses TimingMeter only
+
 MODES = ("wait", "mark", "off")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -39,7 +44,10 @@ class NoisePolicy:
     Thresholds were chosen on the project's 2-core machine: quiet timings of tuning candidates show wait
     fractions up to ~0.08 that leave their latency unchanged when re-timed (accounting of the runner's own
     threads), and other processes below 0.15 cores; one busy process beside a timing gives 0.3-0.5 and ~1 core.
-    The probe's own spread on a quiet machine is 1-4 %.
+    The probe's own spread on a quiet machine is 1-4 %. On a virtual machine whose host varies (a 2-vCPU
+    Sapphire Rapids VM: single probe readings 0.35-0.65 ms, median 0.45, with nothing else running) the fastest
+    reading is an outlier no later reading reaches, so the session's baseline is a low percentile of its
+    readings (``baseline_percentile``), each reading the median of ``probe_repeats`` windows.
     """
 
     mode: str = "wait"
@@ -49,6 +57,8 @@ class NoisePolicy:
     quiet_seconds: float = 1.0       # how long the machine must stay quiet before timing resumes
     max_wait_s: float = 30.0         # longest single wait; after it the session only marks until quiet again
     confirm_rounds: int = 3          # interleaved re-measurement rounds of a would-be best (0: none)
+    probe_repeats: int = 7           # windows (each >= the preset's min_repeat_ms) per probe reading; their median
+    baseline_percentile: float = 25  # the session's baseline: this percentile of its probe readings so far
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -315,7 +325,7 @@ class NoiseGuard:
     """One session's noise handling, around its runner: probe baseline and drift, the check of every
     timing, bounded waits for a quiet machine, and the interleaved re-measurement of would-be bests.
 
-    ``emit(kind, **data)`` records and announces an event; ``should_stop()`` ends a wait early.
+    ``emit(payload)`` records and announces an event (an ``events.Payload``); ``should_stop()`` ends a wait early.
     Only a local runner is watched: over RPC the kernel runs elsewhere and this machine's load is moot.
     """
 
@@ -330,7 +340,13 @@ class NoiseGuard:
         self.watching = policy.enabled and getattr(runner, "measures_locally", False)
         self.marking_only = False  # a wait timed out: mark, do not wait, until the machine is seen quiet
         self.baseline_ms: float | None = None
+        self.readings: list[float] = []  # every probe reading of the session (ms)
         self._probe_path = None
+
+    START_READINGS = 5  # probe readings at the start: enough that one outlier does not set the baseline
+
+    def _event(self, payload_type, **data) -> None:
+        self.emit(payload_type(**data))
 
     # ---- the probe
     def start(self) -> None:
@@ -339,51 +355,68 @@ class NoiseGuard:
             return
         [b] = self.builder.build([probe_module()])
         if b.path is None:  # never a reason to stop tuning: noise checks then rest on the timing readings
-            self.emit("measurement_noise", source="probe", state="unavailable", message=b.error_msg)
+            self._event(ev.MeasurementNoise, source="probe", state="unavailable", message=b.error_msg)
             return
         self._probe_path = b.path
         self._probe()  # warm-up: the first call creates the runner's thread pool
         if self.policy.mode == "wait":
             self._wait("the session's calibration")
-        self.baseline_ms = min(self._probe() or math.inf for _ in range(3))
-        if not math.isfinite(self.baseline_ms):
-            self.baseline_ms = None
-        self.emit("calibration", probe_ms=self.baseline_ms, baseline_ms=self.baseline_ms, drift=0.0, when="start")
+        for _ in range(self.START_READINGS):
+            self._probe(keep=True)
+        self.baseline_ms = self._baseline()
+        if self.baseline_ms is not None:
+            self.baseline_ms = round(self.baseline_ms, 4)
+        self._event(ev.Calibration, probe_ms=self.baseline_ms, baseline_ms=self.baseline_ms, drift=0.0, when="start")
 
-    def _probe(self) -> float | None:
-        r = self.runner.run(self._probe_path, PROBE_SHAPES)
-        return None if r.latency_s is None else r.latency_s * 1e3
+    def _probe(self, keep: bool = False) -> float | None:
+        """One probe reading (ms): the median of ``probe_repeats`` timing windows; ``keep`` adds it to the
+        readings the baseline is taken from."""
+        r = self.runner.run(self._probe_path, PROBE_SHAPES, repeat=self.policy.probe_repeats)
+        ms = r.latency_ms
+        if keep and ms is not None:
+            self.readings.append(ms)
+        return ms
+
+    def _baseline(self) -> float | None:
+        """The machine at its usual best: a low percentile of the session's probe readings. The fastest
+        reading would do on a steady host, but where the host varies it is an outlier that no later reading
+        reaches, and every round would wait for it."""
+        if not self.readings:
+            return None
+        import numpy as np
+
+        return float(np.percentile(self.readings, self.policy.baseline_percentile))
 
     def check_probe(self, when: str) -> bool:
         """Time the probe; True when it is slower than the baseline by more than ``max_probe_drift`` and stays
         so: the timings of this moment are suspect. Before a round, with waiting allowed, the session first
-        waits (bounded) for the probe to come back. The baseline is the fastest the probe has been: the
-        machine at its best, which a faster reading proves was not reached before."""
+        waits (bounded) for the probe to come back. The baseline follows the readings (``_baseline``), so a
+        machine that turns out faster than at the start lowers it."""
         if not self.watching or self.baseline_ms is None:
             return False
-        ms = self._probe()
+        ms = self._probe(keep=True)
         if ms is None:
             return False
         drift = ms / self.baseline_ms - 1
-        self.emit("calibration", probe_ms=round(ms, 4), baseline_ms=round(self.baseline_ms, 4),
-                  drift=round(drift, 4), when=when)
-        if drift < 0:
-            self.baseline_ms = ms
+        self._event(ev.Calibration, probe_ms=round(ms, 4), baseline_ms=round(self.baseline_ms, 4),
+                    drift=round(drift, 4), when=when)
+        self.baseline_ms = self._baseline()
         if drift <= self.policy.max_probe_drift:
             self.marking_only = False
             return False
-        self.emit("measurement_noise", source="probe", state="drift", when=when, probe_ms=round(ms, 4),
-                  baseline_ms=round(self.baseline_ms, 4), drift=round(drift, 4), **machine_load(0.2))
+        self._event(ev.MeasurementNoise, source="probe", state="drift", when=when, probe_ms=round(ms, 4),
+                    baseline_ms=round(self.baseline_ms, 4), drift=round(drift, 4), **machine_load(0.2))
         if when == "after round" or self.policy.mode != "wait" or self.marking_only:
             return True
-        return not self._wait(f"the probe is {drift:+.0%} slower than at its best", probe=True)
+        return not self._wait(f"the probe is {drift:+.0%} slower than at its usual best", probe=True)
 
     def _probe_back(self) -> tuple[bool, float | None]:
-        ms = self._probe()
+        ms = self._probe(keep=True)
         if ms is None:
             return True, None
-        self.baseline_ms = min(self.baseline_ms, ms)
-        return ms / self.baseline_ms - 1 <= self.policy.max_probe_drift, ms
+        back = ms / self.baseline_ms - 1 <= self.policy.max_probe_drift
+        self.baseline_ms = self._baseline()
+        return back, ms
 
     # ---- waiting
     def _wait(self, why: str, probe: bool = False) -> bool:
@@ -393,7 +426,7 @@ class NoiseGuard:
         first = machine_load(0.25)
         if first["other_cores"] <= self.policy.max_other_cores and not probe:
             return True
-        self.emit("measurement_noise", source="load", state="waiting", why=why, **first)
+        self._event(ev.MeasurementNoise, source="load", state="waiting", why=why, **first)
         t0 = time.monotonic()
         with self.gate.suspended():  # nothing is timed while waiting: a live view may draw the wait
             while True:
@@ -405,7 +438,7 @@ class NoiseGuard:
                 time.sleep(self.policy.quiet_seconds)
         state = "quiet" if back else "gave-up"
         extra = {"probe_ms": round(ms, 4), "baseline_ms": round(self.baseline_ms, 4)} if ms is not None else {}
-        self.emit("measurement_noise", source="load", state=state, why=why, waited_s=round(waited, 2),
+        self._event(ev.MeasurementNoise, source="load", state=state, why=why, waited_s=round(waited, 2),
                   **res["last"], **extra)
         self.marking_only = not back
         return back
@@ -419,18 +452,18 @@ class NoiseGuard:
             return r, False
         info = dict(trial=trial, **{k: r.reading[k] for k in ("wait_fraction", "other_cores")})
         if self.policy.mode != "wait" or self.marking_only:
-            self.emit("measurement_noise", source="timing", state="marked", **info)
+            self._event(ev.MeasurementNoise, source="timing", state="marked", **info)
             return r, True
-        self.emit("measurement_noise", source="timing", state="noisy", **info)
+        self._event(ev.MeasurementNoise, source="timing", state="noisy", **info)
         if not self._wait(f"trial {trial}" if trial else "a timing"):
             return r, True
         r2 = self.runner.run(path, shapes, repeat=repeat)
         if r2.error_class is not None:
             return r, True
         noisy = is_noisy(r2.reading, self.policy)
-        self.emit("measurement_noise", source="timing", state="remeasured" if not noisy else "marked", trial=trial,
+        self._event(ev.MeasurementNoise, source="timing", state="remeasured" if not noisy else "marked", trial=trial,
                   wait_fraction=r2.reading["wait_fraction"], other_cores=r2.reading["other_cores"],
-                  first_ms=round(r.latency_s * 1e3, 5), remeasured_ms=round(r2.latency_s * 1e3, 5))
+                  first_ms=round(r.latency_ms, 5), remeasured_ms=round(r2.latency_ms, 5))
         return r2, noisy
 
     def confirm(self, entries: list) -> dict:
