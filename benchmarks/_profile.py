@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CHANGE = ("The change (`workbench/cost_model.py`, `FEATURE_REUSE`): a program's per-store features are computed once "
+CHANGE = ("The change (`workbench/cost_model.py`, `Featurizer(reuse=...)`, preset field `feature_reuse`): a program's per-store features are computed once "
           "per session and looked up by structural hash afterwards (the evolutionary search re-scores the survivors "
           "of every generation and the measured elites of every round, and the session featurized the batch the "
           "search had just scored), and the search extracts no features while the model is untrained (its scores "
@@ -93,16 +93,15 @@ class PhaseTimer:
 
 def profile_session(workload: str, trials: int, target: dict, db: str, seed: int = 0,
                     strategy: str = "pre-transformed", improved: bool = True, **preset_overrides) -> dict:
-    from workbench import TuningSession, cost_model
+    from workbench import TuningSession
 
-    cost_model.FEATURE_REUSE = improved
     if os.path.exists(db):
         os.remove(db)
     timer = PhaseTimer()
     with timer.patched():
         t0 = time.perf_counter()
         s = TuningSession(workload, target=target, trials=trials, preset="quick", seed=seed, db=db,
-                          strategy=strategy, **preset_overrides)
+                          strategy=strategy, feature_reuse=improved, **preset_overrides)
         summ = s.run()
         wall = time.perf_counter() - t0
     phases = {k: round(v, 3) for k, v in timer.totals.items()}

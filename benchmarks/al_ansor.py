@@ -177,8 +177,8 @@ def remeasure(entries, repeats, target):
             for k in order:
                 if built[k]:
                     r = runner.run(built[k], shapes[k])
-                    if r.latency_s:
-                        times[k].append(r.latency_s * 1e3)
+                    if r.latency_ms:
+                        times[k].append(r.latency_ms)
         return {k: {"median_ms": float(np.median(v)) if v else None, "spread": noise.spread(v), "n": len(v),
                     "samples_ms": [round(x, 5) for x in v]} for k, v in times.items()}
     finally:

@@ -42,6 +42,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 import _quiet  # noqa: E402
+from workbench.events import EventKind as K  # noqa: E402
 from workbench.store import remove_store  # noqa: E402
 
 PAPER = {"fraction_avg": 49.13, "fraction_max": 88.41, "time_ratio_server": 6.5, "time_ratio_edge": 10.8}
@@ -118,7 +119,7 @@ def measure_default(targets, target="host"):
         builds = builder.build([default_schedule(w) for w in targets])
         for w, b in zip(targets, builds):
             r = runner.run(b.path, w.arg_shapes) if b.path else None
-            out[w.name] = None if r is None or r.latency_s is None else r.latency_s * 1e3
+            out[w.name] = None if r is None or r.latency_ms is None else r.latency_ms
             builder.discard(b.path)
     finally:
         builder.close()
@@ -132,7 +133,7 @@ def tune_network(layers, trials_per_layer, db, seed, per_round, strategy, label,
     s = NetworkSession(layers, target=target, trials=trials_per_layer * len(layers), db=db, seed=seed,
                        strategy=strategy, trials_per_round=per_round, name=label)
     t = time.time()
-    s.subscribe(lambda e: e.kind == "network_round" and print(
+    s.subscribe(lambda e: e.kind == K.NETWORK_ROUND and print(
         f"  [{label}] round {e.data['round']:3d} {e.data['workload']:28s} trials {e.data['trials_done']:4d} "
         f"est {e.data['estimated_latency_ms']:.3f} ms  {time.time() - t:6.0f} s", flush=True))
     summ = s.run()

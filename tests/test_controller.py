@@ -13,8 +13,8 @@ S = ["no-rewrite", "transform-stage", "pre-transformed"]
 
 def _round(c, lat_ms, prev_best_ms, trials=16, pred=None, trained=False):
     d = c.choose()
-    pruned = c.observe(d.strategy, None if lat_ms is None else lat_ms / 1e3,
-                       None if prev_best_ms is None else prev_best_ms / 1e3, trials, pred, trained)
+    pruned = c.observe(d.strategy, lat_ms,
+                       prev_best_ms, trials, pred, trained)
     return d, pruned
 
 
@@ -35,7 +35,7 @@ def test_ucb_gain_exploits_the_improving_strategy_and_scores_every_arm():
     lat = {"no-rewrite": 3.0, "transform-stage": 2.0, "pre-transformed": 2.5}
     for s in S:
         d = c.choose()
-        c.observe(d.strategy, lat[d.strategy] / 1e3, None if best is None else best / 1e3, 16)
+        c.observe(d.strategy, lat[d.strategy], best, 16)
         best = lat[d.strategy] if best is None else min(best, lat[d.strategy])
     picks = []
     for _ in range(6):
@@ -48,7 +48,7 @@ def test_ucb_gain_exploits_the_improving_strategy_and_scores_every_arm():
             new = lat["transform-stage"]
         else:
             new = lat[d.strategy] * 1.05
-        c.observe(d.strategy, new / 1e3, best / 1e3, 16)
+        c.observe(d.strategy, new, best, 16)
         best = min(best, new)
     assert picks.count("transform-stage") >= 4
 
@@ -120,7 +120,7 @@ def _feed(c, results_ms):
     """observe() rounds of given deployment latencies (ms) for the named arms, in order."""
     best = None
     for s, lat in results_ms:
-        c.observe(s, lat / 1e3, None if best is None else best / 1e3, 8)
+        c.observe(s, lat, best, 8)
         best = lat if best is None else min(best, lat)
 
 

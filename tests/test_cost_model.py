@@ -49,7 +49,7 @@ def test_failures_get_zero_label_and_groups_normalise_separately():
     assert np.allclose(y, [0.5, 1.0, 0.0, 1.0])
 
 
-def test_feature_reuse_returns_the_same_rows_and_hits_on_repeats(monkeypatch):
+def test_feature_reuse_returns_the_same_rows_and_hits_on_repeats():
     from tvm.s_tir import meta_schedule as ms
 
     from workbench import cost_model, presets, space, tvm_env
@@ -60,9 +60,7 @@ def test_feature_reuse_returns_the_same_rows_and_hits_on_repeats(monkeypatch):
     cands = [ms.MeasureCandidate(s, ms.arg_info.ArgInfo.from_prim_func(w.mod["main"])) for s in schs]
     ctx = space.tune_context(w, tvm_env.make_target(tvm_env.host_target_dict()), "no-rewrite", presets.get("quick"),
                              seed=0, search=False)
-    monkeypatch.setattr(cost_model, "FEATURE_REUSE", False)
-    plain = cost_model.Featurizer(ctx)(ctx, cands, "no-rewrite")
-    monkeypatch.setattr(cost_model, "FEATURE_REUSE", True)
+    plain = cost_model.Featurizer(ctx, reuse=False)(ctx, cands, "no-rewrite")
     f = cost_model.Featurizer(ctx)
     first = f(ctx, cands, "no-rewrite")
     again = f(ctx, cands + cands[:1], "no-rewrite")

@@ -1,5 +1,6 @@
 """End-to-end: real TVM search, build, timing and verification at tiny budgets."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from workbench import RecordStore, TuningSession
+from workbench.events import Event
 from workbench.program import TunedProgram
 from workbench.workloads import workload_from_spec
 
@@ -54,7 +56,7 @@ def test_every_strategy_tunes_and_verifies(key, tmp_path):
     rec_ok = rec_all[rec_all["error_class"].isna()]
     for name in ("no-rewrite", "transform-stage", "pre-transformed"):
         own = int((rec_ok["strategy"] == name).sum())
-        held = len(s.ms_dbs[name][0].get_all_tuning_records())
+        held = len(s.search_dbs[name][0].get_all_tuning_records())
         assert held == own if name == "no-rewrite" else held > own, (name, held, own)
     kinds = [e.kind for e in events]
     for k in ("session_started", "baseline_measured", "round_started", "candidates_proposed",
@@ -66,6 +68,10 @@ def test_every_strategy_tunes_and_verifies(key, tmp_path):
     assert ids == list(rec["id"])
     assert rec["predicted_score"].notna().all()
     assert rec["mod_hash"].is_unique
+    # Every stored event is its kind's typed payload, with no key the payload does not declare.
+    for e in RecordStore(str(tmp_path / "r.db"), readonly=True).events(s.session_id):
+        p = Event(e["kind"], s.session_id, e["time"], e["elapsed"], e["data"]).payload
+        assert p is not None and set(e["data"]) <= {f.name for f in dataclasses.fields(p)}, e
 
 
 def test_improves_on_naive_and_reports_verified_best(tmp_path):

@@ -8,11 +8,12 @@ changed since the last redraw.
 
 from __future__ import annotations
 
+from workbench.events import TERMINAL_KINDS, EventKind
 from workbench.noise import NoisePolicy, describe
 
 DRIFT_LIMIT = NoisePolicy.max_probe_drift  # a probe slower than baseline x (1 + this) means a changed machine
 
-TERMINAL = ("stopped", "finished", "failed")
+TERMINAL = tuple(k.value for k in TERMINAL_KINDS)
 
 # Aspects a view can depend on.
 SESSION, RECORDS, STATUS, CONTROLLER = "session", "records", "status", "controller"
@@ -96,75 +97,83 @@ class SessionModel:
             self._seen_ids.add(ev.id)
         self.n_events += 1
         self.elapsed = max(self.elapsed, ev.elapsed or 0.0)
-        d = ev.data or {}
-        k = ev.kind
-        if k == "session_started":
-            self.session_id = ev.session_id
-            self.workload = d.get("workload")
-            self.spec = d.get("spec")
-            self.flops = d.get("flops")
-            self.trials = d.get("trials")
-            self.preset = d.get("preset")
-            self.mode = d.get("mode")
-            self.db = d.get("db")
-            for s in d.get("strategies") or []:
-                self._strategy(s)
-            self.trials_done = max(self.trials_done, d.get("trials_done") or 0)
-            self.status = "running"
-            self.mark(SESSION, STATUS, CONTROLLER)
-        elif k == "baseline_measured":
-            self.naive_latency_ms = d.get("naive_latency_ms")
-            self.mark(STATUS)
-        elif k == "candidate_measured":
-            self._measured(d["record"], bool(d.get("strategy_best")), bool(d.get("new_best")))
-        elif k in ("round_started", "controller_decision"):
-            r = d.get("round")
-            if d.get("strategy"):
-                self._strategy(d["strategy"])
-                info = self.rounds.setdefault(r, {"round": r})
-                info.update(strategy=d["strategy"], chosen_by=d.get("chosen_by"))
-                if "n" in d:
-                    info["n"] = d["n"]
-            if k == "controller_decision":
-                self.controller.update(mode=d.get("mode"), scores=d.get("scores") or {}, reason=d.get("reason"),
-                                       strategy=d.get("strategy"), chosen_by=d.get("chosen_by"), round=r)
-                self.mode = d.get("mode") or self.mode
-                self.mark(CONTROLLER)
-            self.mark(STATUS)
-        elif k == "round_finished":
-            info = self.rounds.setdefault(d.get("round"), {"round": d.get("round")})
-            info.update(measured=d.get("measured"), errors=d.get("errors"), round_best_ms=d.get("round_best_ms"))
-            state = d.get("controller")
-            if state:
-                self.controller["arms"] = state.get("arms", {})
-                self.controller["arm_scores"] = state.get("scores", {})
-                self.mode = state.get("mode") or self.mode
-            if d.get("pruned"):
-                self.controller["pruned"] = list(d["pruned"])
-            self.mark(CONTROLLER, STATUS)
-        elif k == "model_trained":
-            self.controller["model"] = {"round": d.get("round"), "n_samples": d.get("n_samples"),
-                                        "seconds": d.get("seconds")}
+        handler = _HANDLERS.get(ev.kind)
+        if handler is not None:  # kinds a view does not show (network events, ...) only count
+            handler(self, ev.kind, ev.data or {}, ev)
+
+    def _on_session_started(self, k, d: dict, ev) -> None:
+        self.session_id = ev.session_id
+        self.workload = d.get("workload")
+        self.spec = d.get("spec")
+        self.flops = d.get("flops")
+        self.trials = d.get("trials")
+        self.preset = d.get("preset")
+        self.mode = d.get("mode")
+        self.db = d.get("db")
+        for s in d.get("strategies") or []:
+            self._strategy(s)
+        self.trials_done = max(self.trials_done, d.get("trials_done") or 0)
+        self.status = "running"
+        self.mark(SESSION, STATUS, CONTROLLER)
+
+    def _on_baseline(self, k, d: dict, ev) -> None:
+        self.naive_latency_ms = d.get("naive_latency_ms")
+        self.mark(STATUS)
+
+    def _on_candidate(self, k, d: dict, ev) -> None:
+        self._measured(d["record"], bool(d.get("strategy_best")), bool(d.get("new_best")))
+
+    def _on_round_choice(self, k, d: dict, ev) -> None:
+        r = d.get("round")
+        if d.get("strategy"):
+            self._strategy(d["strategy"])
+            info = self.rounds.setdefault(r, {"round": r})
+            info.update(strategy=d["strategy"], chosen_by=d.get("chosen_by"))
+            if "n" in d:
+                info["n"] = d["n"]
+        if k == EventKind.CONTROLLER_DECISION:
+            self.controller.update(mode=d.get("mode"), scores=d.get("scores") or {}, reason=d.get("reason"),
+                                   strategy=d.get("strategy"), chosen_by=d.get("chosen_by"), round=r)
+            self.mode = d.get("mode") or self.mode
             self.mark(CONTROLLER)
-        elif k == "runner_health":
-            if d.get("server"):
-                self.runners[d["server"]] = dict(d)
-                self.mark(STATUS)
-        elif k in ("calibration", "measurement_noise", "records_marked_noisy", "best_remeasured"):
-            self._noise_event(k, d)
-        elif k in ("paused", "resumed"):
-            self.status = "paused" if k == "paused" else "running"
-            self.mark(STATUS)
-        elif k in TERMINAL:
-            self.status = k
-            self.message = d.get("message", "")
-            if d.get("trials_done") is not None:
-                self.trials_done = max(self.trials_done, d["trials_done"])
+        self.mark(STATUS)
+
+    def _on_round_finished(self, k, d: dict, ev) -> None:
+        info = self.rounds.setdefault(d.get("round"), {"round": d.get("round")})
+        info.update(measured=d.get("measured"), errors=d.get("errors"), round_best_ms=d.get("round_best_ms"))
+        state = d.get("controller")
+        if state:
+            self.controller["arms"] = state.get("arms", {})
+            self.controller["arm_scores"] = state.get("scores", {})
+            self.mode = state.get("mode") or self.mode
+        if d.get("pruned"):
+            self.controller["pruned"] = list(d["pruned"])
+        self.mark(CONTROLLER, STATUS)
+
+    def _on_model_trained(self, k, d: dict, ev) -> None:
+        self.controller["model"] = {"round": d.get("round"), "n_samples": d.get("n_samples"),
+                                    "seconds": d.get("seconds")}
+        self.mark(CONTROLLER)
+
+    def _on_runner_health(self, k, d: dict, ev) -> None:
+        if d.get("server"):
+            self.runners[d["server"]] = dict(d)
             self.mark(STATUS)
 
-    def _noise_event(self, k: str, d: dict) -> None:
+    def _on_pause(self, k, d: dict, ev) -> None:
+        self.status = "paused" if k == EventKind.PAUSED else "running"
+        self.mark(STATUS)
+
+    def _on_terminal(self, k, d: dict, ev) -> None:
+        self.status = str(k)
+        self.message = d.get("message", "")
+        if d.get("trials_done") is not None:
+            self.trials_done = max(self.trials_done, d["trials_done"])
+        self.mark(STATUS)
+
+    def _noise_event(self, k, d: dict, ev=None) -> None:
         n = self.noise
-        if k == "calibration":
+        if k == EventKind.CALIBRATION:
             n.update(probe_ms=d.get("probe_ms"), baseline_ms=d.get("baseline_ms"), drift=d.get("drift"),
                      when=d.get("when"))
             drift = d.get("drift")
@@ -174,7 +183,7 @@ class SessionModel:
             elif drift is not None:
                 n["level"] = "drift"
             self.mark(STATUS)
-        elif k == "measurement_noise":
+        elif k == EventKind.MEASUREMENT_NOISE:
             n["events"] += 1
             n["source"], n["state"] = d.get("source"), d.get("state")
             n["line"] = noise_line(d)
@@ -187,14 +196,14 @@ class SessionModel:
                     n["waiting"], n["waiting_for"] = False, None
                     n["marking"] = d.get("state") == "gave-up"
             self.mark(STATUS)
-        elif k == "records_marked_noisy":
+        elif k == EventKind.RECORDS_MARKED_NOISY:
             for rid in d.get("record_ids") or []:
                 rec = self.by_id.get(rid)
                 if rec is not None:
                     rec["noisy"] = True
                     rec.setdefault("noisy_reason", d.get("reason"))
             self.mark(RECORDS, STATUS)
-        elif k == "best_remeasured":
+        elif k == EventKind.BEST_REMEASURED:
             n["remeasured"] += 1
             rec = self.by_id.get(d.get("record_id"))
             if rec is not None and d.get("latency_ms") is not None:
@@ -265,3 +274,25 @@ class SessionModel:
             if r.get("trial") == trial:
                 return r
         return None
+
+
+# Which fold each event kind goes through (kinds not listed only count as events).
+_HANDLERS = {
+    EventKind.SESSION_STARTED: SessionModel._on_session_started,
+    EventKind.BASELINE_MEASURED: SessionModel._on_baseline,
+    EventKind.CANDIDATE_MEASURED: SessionModel._on_candidate,
+    EventKind.ROUND_STARTED: SessionModel._on_round_choice,
+    EventKind.CONTROLLER_DECISION: SessionModel._on_round_choice,
+    EventKind.ROUND_FINISHED: SessionModel._on_round_finished,
+    EventKind.MODEL_TRAINED: SessionModel._on_model_trained,
+    EventKind.RUNNER_HEALTH: SessionModel._on_runner_health,
+    EventKind.CALIBRATION: SessionModel._noise_event,
+    EventKind.MEASUREMENT_NOISE: SessionModel._noise_event,
+    EventKind.RECORDS_MARKED_NOISY: SessionModel._noise_event,
+    EventKind.BEST_REMEASURED: SessionModel._noise_event,
+    EventKind.PAUSED: SessionModel._on_pause,
+    EventKind.RESUMED: SessionModel._on_pause,
+    EventKind.STOPPED: SessionModel._on_terminal,
+    EventKind.FINISHED: SessionModel._on_terminal,
+    EventKind.FAILED: SessionModel._on_terminal,
+}

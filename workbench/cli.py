@@ -15,6 +15,7 @@ import sqlite3
 import sys
 
 from .errors import WorkbenchError
+from .events import EventKind as K
 from .noise import describe as noise_line
 
 EXIT_USER = 2
@@ -211,16 +212,16 @@ def cmd_tune(args) -> int:
                    initial=0)
 
         def on_event(e):
-            if e.kind == "session_started":
+            if e.kind == K.SESSION_STARTED:
                 bar.n = e.data["trials_done"]
                 bar.refresh()
-            elif e.kind == "candidate_measured":
+            elif e.kind == K.CANDIDATE_MEASURED:
                 bar.update(1)
                 if session.best:
                     bar.set_postfix(best=f"{session.best['gflops']:.1f} GFLOPS", strategy=session.best["strategy"])
-            elif e.kind in ("paused", "resumed", "stopped", "failed"):
+            elif e.kind in (K.PAUSED, K.RESUMED, K.STOPPED, K.FAILED):
                 bar.write(f"[{e.kind}] {e.data.get('message', '')}".rstrip())
-            elif e.kind == "measurement_noise":
+            elif e.kind == K.MEASUREMENT_NOISE:
                 bar.write(f"[noise] {noise_line(e.data)}")
 
         session.subscribe(on_event)
@@ -272,13 +273,13 @@ def _tune_network(args, name, workloads) -> int:
         bar = tqdm(total=session.trials, desc=name, unit="trial", file=sys.stderr, dynamic_ncols=True)
 
         def on_event(e):
-            if e.kind == "candidate_measured":
+            if e.kind == K.CANDIDATE_MEASURED:
                 bar.update(1)
-            elif e.kind == "network_round" and e.data["estimated_latency_ms"] is not None:
+            elif e.kind == K.NETWORK_ROUND and e.data["estimated_latency_ms"] is not None:
                 bar.set_postfix(est=f"{e.data['estimated_latency_ms']:.4g} ms", last=e.data["workload"])
-            elif e.kind in ("network_baseline",):
+            elif e.kind == K.NETWORK_BASELINE:
                 bar.write(f"[{name}] untuned: {e.data['naive_latency_ms']:.4g} ms (sum of weight x latency)")
-            elif e.kind in ("network_paused", "network_resumed", "network_stopped", "network_failed", "task_dead"):
+            elif e.kind in (K.NETWORK_PAUSED, K.NETWORK_RESUMED, K.NETWORK_STOPPED, K.NETWORK_FAILED, K.TASK_DEAD):
                 bar.write(f"[{e.kind}] {e.data.get('message', e.data.get('workload', ''))}".rstrip())
 
         session.subscribe(on_event)
@@ -466,7 +467,7 @@ def cmd_model(args) -> int:
         args.trials = 2 * (args.trials_per_round or get("quick").trials_per_round) * n
 
     def progress(e):
-        if e.kind == "network_round" and not args.json:
+        if e.kind == K.NETWORK_ROUND and not args.json:
             print(f"round {e.data['round']:3d} {e.data['workload']:40s} trials {e.data['trials_done']:5d}  "
                   f"estimated {e.data['estimated_latency_ms']:.4g} ms", file=sys.stderr, flush=True)
 

@@ -55,7 +55,7 @@ class ArmState:
     rounds: int = 0
     disc_n: float = 0.0
     disc_reward: float = 0.0
-    best_s: float = math.inf
+    best_ms: float = math.inf
     predicted: float | None = None
     pruned: bool = False
     exhausted: bool = False
@@ -86,7 +86,7 @@ class ArmPolicy(Protocol):
 
     name: str
 
-    def reward(self, arms: dict, arm: ArmState, round_best_s: float | None, global_best_prev_s: float | None) -> None: ...
+    def reward(self, arms: dict, arm: ArmState, round_best_ms: float | None, global_best_prev_ms: float | None) -> None: ...
 
     def scores(self, arms: dict, live: list) -> dict: ...
 
@@ -106,11 +106,11 @@ class OptimisticBestPolicy:
     def __init__(self, c: float = 0.2, lam: float = 0.3):
         self.c, self.lam = c, lam
 
-    def reward(self, arms, arm, round_best_s, global_best_prev_s) -> None:
+    def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
         pass  # the score reads the arms' bests directly
 
     def scores(self, arms, live) -> dict:
-        g = min(arms[s].best_s for s in live) if live else math.inf
+        g = min(arms[s].best_ms for s in live) if live else math.inf
         total = sum(arms[s].rounds for s in live)
         out = {}
         for s in live:
@@ -118,7 +118,7 @@ class OptimisticBestPolicy:
             if a.rounds == 0:
                 out[s] = math.inf
                 continue
-            speed = (g / a.best_s) if math.isfinite(a.best_s) and math.isfinite(g) else 0.0
+            speed = (g / a.best_ms) if math.isfinite(a.best_ms) and math.isfinite(g) else 0.0
             bonus = self.c * math.sqrt(max(0.0, math.log(max(total, 1))) / a.rounds)
             ratio = _guide_ratio(arms, live, s)
             guide = 1.0 + self.lam * (ratio - 1.0) if ratio is not None else 1.0
@@ -150,20 +150,20 @@ class ProjectedBestPolicy(OptimisticBestPolicy):
         return out
 
     def scores(self, arms, live) -> dict:
-        tried = [s for s in live if arms[s].rounds and math.isfinite(arms[s].best_s)]
+        tried = [s for s in live if arms[s].rounds and math.isfinite(arms[s].best_ms)]
         if not tried:
             return super().scores(arms, live)
-        lead = max(tried, key=lambda s: (arms[s].trials, -arms[s].best_s))
+        lead = max(tried, key=lambda s: (arms[s].trials, -arms[s].best_ms))
         la = arms[lead]
         proj = {}
         for s in live:
             a = arms[s]
-            if s == lead or not math.isfinite(a.best_s) or a.rounds == 0:
-                proj[s] = a.best_s
+            if s == lead or not math.isfinite(a.best_ms) or a.rounds == 0:
+                proj[s] = a.best_ms
                 continue
             then = self._best_at(la, a.trials)
-            proj[s] = a.best_s * la.best_s / then if math.isfinite(then) and then > 0 else a.best_s
-        projected = {s: ArmState(rounds=arms[s].rounds, best_s=proj[s], predicted=arms[s].predicted) for s in live}
+            proj[s] = a.best_ms * la.best_ms / then if math.isfinite(then) and then > 0 else a.best_ms
+        projected = {s: ArmState(rounds=arms[s].rounds, best_ms=proj[s], predicted=arms[s].predicted) for s in live}
         return super().scores(projected, live)
 
 
@@ -175,11 +175,11 @@ class UCBGainPolicy:
         self.gamma, self.c, self.lam = gamma, c, lam
         self.prune_after, self.prune_ratio = prune_after, prune_ratio
 
-    def reward(self, arms, arm, round_best_s, global_best_prev_s) -> None:
-        if global_best_prev_s is None or not math.isfinite(global_best_prev_s):
-            r = 1.0 if round_best_s else 0.0
-        elif round_best_s:
-            r = min(1.5, global_best_prev_s / round_best_s)
+    def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
+        if global_best_prev_ms is None or not math.isfinite(global_best_prev_ms):
+            r = 1.0 if round_best_ms else 0.0
+        elif round_best_ms:
+            r = min(1.5, global_best_prev_ms / round_best_ms)
         else:
             r = 0.0
         for a in arms.values():
@@ -203,11 +203,11 @@ class UCBGainPolicy:
         return out
 
     def prune(self, arms, live) -> list:
-        gbest = min(a.best_s for a in arms.values())
+        gbest = min(a.best_ms for a in arms.values())
         out = []
         for s in live:
             a = arms[s]
-            if a.rounds >= self.prune_after and len(live) - len(out) > 1 and a.best_s > self.prune_ratio * gbest:
+            if a.rounds >= self.prune_after and len(live) - len(out) > 1 and a.best_ms > self.prune_ratio * gbest:
                 out.append(s)
         return out
 
@@ -218,7 +218,7 @@ class UniformPolicy:
     def __init__(self, seed: int = 0):
         self._rng = random.Random(seed)
 
-    def reward(self, arms, arm, round_best_s, global_best_prev_s) -> None:
+    def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
         pass
 
     def scores(self, arms, live) -> dict:
@@ -232,29 +232,33 @@ POLICIES = {p.name: p for p in (OptimisticBestPolicy, ProjectedBestPolicy, UCBGa
 DEFAULT_POLICY = OptimisticBestPolicy.name
 
 
-def make_policy(name: str, c: float | None = None, lam: float | None = None, seed: int = 0) -> ArmPolicy:
+def make_policy(name: str | None = None, seed: int = 0, **params) -> ArmPolicy:
+    """The arm policy called ``name`` (None: the default), built with its constructor's parameters (e.g. ``c``,
+    ``lam``, ``prune_after``; parameters left None keep the policy's defaults). The one way to build a policy
+    from configuration: sessions (from their preset) and tests alike."""
+    name = name or DEFAULT_POLICY
     if name not in POLICIES:
         raise WorkbenchError(f"unknown controller policy {name!r}; valid: {', '.join(POLICIES)}")
     if name == UniformPolicy.name:
         return UniformPolicy(seed)
-    kw = {k: v for k, v in (("c", c), ("lam", lam)) if v is not None}
-    return POLICIES[name](**kw)
+    kw = {k: v for k, v in params.items() if v is not None}
+    try:
+        return POLICIES[name](**kw)
+    except TypeError as e:
+        raise WorkbenchError(f"controller policy {name!r} does not take {', '.join(sorted(kw))}: {e}") from None
 
 
 class StrategyController:
     def __init__(self, strategies: list[str], mode: str = "auto", policy: ArmPolicy | str | None = None,
                  **policy_params):
-        """``policy``: an ArmPolicy, a name from POLICIES (with its constructor's parameters as keywords,
-        e.g. ``c``, ``lam``, ``prune_after``) or None for the default."""
+        """``policy``: an ArmPolicy, or a name from POLICIES / None for the default, built by ``make_policy``
+        with ``policy_params``."""
         if not strategies:
             raise WorkbenchError("the controller needs at least one strategy")
         if mode not in ("auto", "round-robin", "fixed", "manual"):
             raise WorkbenchError(f"unknown controller mode {mode!r}")
         if policy is None or isinstance(policy, str):
-            name = policy or DEFAULT_POLICY
-            if name not in POLICIES:
-                raise WorkbenchError(f"unknown controller policy {name!r}; valid: {', '.join(POLICIES)}")
-            policy = POLICIES[name](**policy_params)
+            policy = make_policy(policy, **policy_params)
         self.policy = policy
         self.strategies = list(strategies)
         self.arms = {s: ArmState() for s in strategies}
@@ -318,20 +322,20 @@ class StrategyController:
             return self._scores(live if live is not None else self.live())
 
     # ---- feedback ----
-    def observe(self, strategy: str, round_best_s: float | None, global_best_prev_s: float | None,
+    def observe(self, strategy: str, round_best_ms: float | None, global_best_prev_ms: float | None,
                 trials: int, predicted_mean: float | None = None, model_trained: bool = False) -> list[str]:
-        """Record a finished round (latencies in seconds, deployment latency of the strategy); returns the
+        """Record a finished round (latencies in ms, deployment latency of the strategy); returns the
         strategies pruned by it."""
         with self._lock:
             arm = self.arms[strategy]
             arm.rounds += 1
             arm.trials += trials
-            if round_best_s:
-                arm.best_s = min(arm.best_s, round_best_s)
+            if round_best_ms:
+                arm.best_ms = min(arm.best_ms, round_best_ms)
             if model_trained and predicted_mean is not None:
                 arm.predicted = predicted_mean
-            arm.history.append((arm.trials, arm.best_s))
-            self.policy.reward(self.arms, arm, round_best_s, global_best_prev_s)
+            arm.history.append((arm.trials, arm.best_ms))
+            self.policy.reward(self.arms, arm, round_best_ms, global_best_prev_ms)
             if self.mode != "auto":
                 return []
             pruned = self.policy.prune(self.arms, self.live())
@@ -350,7 +354,7 @@ class StrategyController:
                 "policy": self.policy.name,
                 "manual": self._manual,
                 "scores": self._scores(self.live()),
-                "arms": {s: {"rounds": a.rounds, "trials": a.trials, "best_ms": a.best_s * 1e3 if math.isfinite(a.best_s) else None,
+                "arms": {s: {"rounds": a.rounds, "trials": a.trials, "best_ms": a.best_ms if math.isfinite(a.best_ms) else None,
                              "pruned": a.pruned, "exhausted": a.exhausted} for s, a in self.arms.items()},
                 "last": None if self.last is None else self.last.__dict__,
             }

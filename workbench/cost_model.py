@@ -44,7 +44,7 @@ class PackSumXGB(interfaces.CostModel):
         self.nthread = nthread
         self.booster = None
         self._feats: list[np.ndarray] = []  # per candidate: (rows, F)
-        self._cost: list[float] = []  # seconds; inf for failures
+        self._cost: list[float] = []  # latency in ms; inf for failures
         self._group: list[str] = []  # workload name: labels are normalised per workload
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()
@@ -61,10 +61,12 @@ class PackSumXGB(interfaces.CostModel):
     def trained(self) -> bool:
         return self.booster is not None
 
-    def add(self, feats: np.ndarray, cost_s: float | None, group: str) -> None:
+    def add(self, feats: np.ndarray, latency_ms: float | None, group: str) -> None:
+        """One measured program: its feature rows, its latency (None for a failure) and its workload (labels
+        are throughput relative to the workload's best, so the unit cancels)."""
         with self._lock:
             self._feats.append(np.asarray(feats, dtype=np.float32))
-            self._cost.append(float(cost_s) if cost_s else float("inf"))
+            self._cost.append(float(latency_ms) if latency_ms else float("inf"))
             self._group.append(group)
 
     def labels(self) -> np.ndarray:
@@ -152,14 +154,6 @@ def feature_names(extractor_len: int = 164) -> list[str]:
     return [f"f{i}" for i in range(extractor_len)] + [f"strategy={s}" for s in layouts.STRATEGY_INDEX]
 
 
-# Feature reuse (on by default; the switch exists so that benchmarks/_profile.py can measure its effect):
-# a program's features are computed once per Featurizer and looked up by structural hash afterwards (the
-# evolutionary search re-scores survivors of every generation and the measured elites of every round, and
-# the session featurizes the batch the search just scored), and the search does not extract features at all
-# while the model is untrained (its scores are then uniform random numbers anyway).
-FEATURE_REUSE = True
-
-
 class Featurizer:
     """PerStoreFeature rows plus the layout-strategy one-hot.
 
@@ -167,8 +161,15 @@ class Featurizer:
     extracted on all cores even when the search itself runs on one thread.
     """
 
-    def __init__(self, context=None, cache_size: int = 20000, strategy_onehot: bool = True):
+    def __init__(self, context=None, cache_size: int = 20000, strategy_onehot: bool = True, reuse: bool = True):
         from tvm.s_tir import meta_schedule as ms
+
+        # Feature reuse (off only to measure its effect, benchmarks/_profile.py): a program's features are
+        # computed once and looked up by structural hash afterwards (the evolutionary search re-scores the
+        # survivors of every generation and the measured elites of every round, and the session featurizes
+        # the batch the search just scored), and the search extracts no features while the model is
+        # untrained (its scores are then uniform random numbers anyway).
+        self.reuse = reuse
 
         # Off: the one-hot columns stay zero, so one model ranks every strategy's programs by their loop
         # features alone (the AL-Ansor ablation "no strategy one-hot").
@@ -185,7 +186,7 @@ class Featurizer:
         def extract(cands):
             return [f.numpy().astype(np.float32) for f in self.extractor.extract_from(self.context or ctx, cands)]
 
-        if not FEATURE_REUSE:
+        if not self.reuse:
             return extract(candidates)
         from tvm_ffi import structural_hash
 
@@ -250,7 +251,7 @@ def search_cost_model(model: PackSumXGB, featurizer: Featurizer, strategy_of_ctx
                 pass  # the session adds data and retrains once per round
 
             def predict(self, context, candidates):
-                if FEATURE_REUSE:  # untrained: random scores, no features needed
+                if self.featurizer.reuse:  # untrained: random scores, no features needed
                     scores = self.model.untrained_scores(len(candidates))
                     if scores is not None:
                         return scores.astype("float64")

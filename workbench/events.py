@@ -1,60 +1,456 @@
 """Events: how a session tells the world what it did.
 
-Every state change of a session is an ``Event``; it is written to the records
-store first, then handed to subscribers. Subscribers run on the tuning thread:
-a UI must only enqueue (see ``EventQueue``) and do its work elsewhere.
+Every state change of a session is an ``Event``: a kind from ``EventKind`` and a typed payload, one frozen
+dataclass per kind (below, with what each field means). The payload is written to the records store first
+(as a JSON object of its fields, optional fields left out when unset), then handed to subscribers.
+Subscribers run on the tuning thread: a UI must only enqueue (see ``EventQueue``) and do its work elsewhere.
 
-Kinds and their ``data``:
-  session_started      workload, spec, flops, target, trials, preset, seed, strategies, mode, db, resumed, trials_done
-  baseline_measured    naive_latency_ms, reference ("numpy" | "tvm-naive")
-  round_started        round, strategy, chosen_by ("controller" | "user"), reason {arm: score, ...}, n
-  candidates_proposed  round, strategy, candidates [{index, predicted_score, mod_hash}]
-  candidate_measured   record (the stored row, without trace/features; with noisy, noise, cv, confirm_secs,
-                       confirm_spread), new_best, strategy_best
-  new_best             record_id, trial, strategy, latency_ms, gflops, verified
-  round_finished       round, strategy, measured, errors, round_best_ms, best_ms, pruned, controller (its state),
-                       phase_seconds {search, features, build, measure, cross_seed, train}: the round's wall time
-                       per phase of the loop
-  model_trained        round, n_samples, seconds, boost_rounds
-  controller_decision  round, strategy, chosen_by, mode, scores, reason, pruned
-  paused / resumed     trials_done
-  runner_health        server ("host:port"), state ("busy" | "idle" | "timeout" | "lost"), measured, errors,
-                       timeouts, retried, in_flight; optionally seconds, message, retrying (RPC runner only)
-  calibration          probe_ms, baseline_ms, drift (fraction), when ("start" | "before round" | "after round"):
-                       the calibration probe timed (workbench/noise.py); the baseline is its fastest reading
-  measurement_noise    source ("timing" | "probe" | "load"), state ("noisy" | "marked" | "remeasured" | "drift" |
-                       "waiting" | "quiet" | "gave-up" | "unavailable"); with trial, wait_fraction, other_cores,
-                       processes [{pid, name, cores}], probe_ms, baseline_ms, drift, when, why, waited_s,
-                       first_ms, remeasured_ms as they apply (noise.describe(data) says it in one line)
-  records_marked_noisy record_ids, reason (the probe was slow around the round that timed them)
-  best_remeasured      record_id, strategy, latency_ms, gflops, samples: an incumbent best re-timed interleaved
-                       with a challenger; its record now holds that median
-  stopped / finished   trials_done, best_latency_ms, summary
-  failed               message (an unexpected error ended the session; records so far are kept)
+``Event.data`` is the stored form (a dict); ``Event.payload`` the typed one, rebuilt from ``data`` for
+events read back from a store (unknown keys from other versions are ignored, missing ones are None).
 
-A NetworkSession (workbench/network.py) adds network_started, network_baseline, task_chosen, network_round
-(estimated_latency_ms = sum of weight x latency), task_dead, network_paused / network_resumed and
-network_finished / network_stopped / network_failed; see that module.
+Units: latencies are milliseconds (``*_ms``) everywhere, in events, records, the controller and the task
+scheduler; raw timing samples keep TVM's seconds under names ending in ``_secs``; wall-clock durations are
+seconds (``seconds``, ``elapsed_s``, ``waited_s``, ``phase_seconds``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import logging
 import queue
 import threading
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 log = logging.getLogger("workbench")
 
 
+class EventKind(str, enum.Enum):
+    """Every kind of event a session, a network session or a replay emits (a ``str``: compares equal to its
+    value, so stored kinds and enum members mix)."""
+
+    SESSION_STARTED = "session_started"
+    BASELINE_MEASURED = "baseline_measured"
+    CONTROLLER_DECISION = "controller_decision"
+    ROUND_STARTED = "round_started"
+    CANDIDATES_PROPOSED = "candidates_proposed"
+    CANDIDATE_MEASURED = "candidate_measured"
+    NEW_BEST = "new_best"
+    ROUND_FINISHED = "round_finished"
+    MODEL_TRAINED = "model_trained"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    RUNNER_HEALTH = "runner_health"
+    CALIBRATION = "calibration"
+    MEASUREMENT_NOISE = "measurement_noise"
+    RECORDS_MARKED_NOISY = "records_marked_noisy"
+    BEST_REMEASURED = "best_remeasured"
+    STOPPED = "stopped"
+    FINISHED = "finished"
+    FAILED = "failed"
+    NETWORK_STARTED = "network_started"
+    NETWORK_BASELINE = "network_baseline"
+    TASK_CHOSEN = "task_chosen"
+    NETWORK_ROUND = "network_round"
+    TASK_DEAD = "task_dead"
+    NETWORK_PAUSED = "network_paused"
+    NETWORK_RESUMED = "network_resumed"
+    NETWORK_FINISHED = "network_finished"
+    NETWORK_STOPPED = "network_stopped"
+    NETWORK_FAILED = "network_failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL_KINDS = frozenset({EventKind.STOPPED, EventKind.FINISHED, EventKind.FAILED})
+
+
+def optional(default=None):
+    """A payload field that is left out of the stored form while it is None."""
+    return field(default=default, metadata={"optional": True})
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What an event says. Subclasses set ``KIND`` and declare their fields; ``to_data`` is the stored form."""
+
+    KIND: ClassVar[EventKind]
+
+    def to_data(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None and f.metadata.get("optional"):
+                continue
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_data(cls, data: dict) -> "Payload":
+        return cls(**{f.name: data.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+                      for f in dataclasses.fields(cls)})
+
+
+PAYLOAD_TYPES: dict[EventKind, type[Payload]] = {}
+
+
+def payload(cls):
+    """Register a payload class under its ``KIND`` (one class per kind)."""
+    cls = dataclass(frozen=True)(cls)
+    if cls.KIND in PAYLOAD_TYPES:
+        raise TypeError(f"two payload classes for {cls.KIND}")
+    PAYLOAD_TYPES[cls.KIND] = cls
+    return cls
+
+
+# ---------------------------------------------------------------- a tuning session's events
+@payload
+class SessionStarted(Payload):
+    KIND = EventKind.SESSION_STARTED
+    workload: str
+    spec: dict
+    flops: float
+    target: dict
+    trials: int
+    preset: str
+    seed: int
+    strategies: list
+    mode: str  # "fixed" | "auto" | "round-robin"
+    db: str
+    resumed: bool
+    trials_done: int
+    reference: str = None  # "numpy" | "tvm-naive"
+    weight_indices: list = None
+
+
+@payload
+class BaselineMeasured(Payload):
+    KIND = EventKind.BASELINE_MEASURED
+    naive_latency_ms: float | None
+    reference: str
+
+
+@payload
+class ControllerDecision(Payload):
+    KIND = EventKind.CONTROLLER_DECISION
+    round: int
+    strategy: str | None  # None: every strategy is exhausted or pruned
+    chosen_by: str  # "controller" | "user"
+    mode: str
+    scores: dict  # {strategy: score}
+    reason: str
+    pruned: list
+
+
+@payload
+class RoundStarted(Payload):
+    KIND = EventKind.ROUND_STARTED
+    round: int
+    strategy: str
+    chosen_by: str
+    scores: dict  # the controller's scores behind the choice
+    n: int  # candidates asked of the search
+
+
+@payload
+class CandidatesProposed(Payload):
+    KIND = EventKind.CANDIDATES_PROPOSED
+    round: int
+    strategy: str
+    candidates: list  # [{index, predicted_score, mod_hash}]
+
+
+@payload
+class CandidateMeasured(Payload):
+    KIND = EventKind.CANDIDATE_MEASURED
+    record: dict  # the stored row without trace and features
+    new_best: bool
+    strategy_best: bool
+
+
+@payload
+class NewBest(Payload):
+    KIND = EventKind.NEW_BEST
+    record_id: int
+    trial: int
+    strategy: str
+    latency_ms: float
+    gflops: float
+    verified: bool
+
+
+@payload
+class RoundFinished(Payload):
+    KIND = EventKind.ROUND_FINISHED
+    round: int
+    strategy: str
+    measured: int
+    errors: int
+    round_best_ms: float | None
+    best_ms: float | None
+    pruned: list
+    controller: dict  # the controller's state
+    phase_seconds: dict  # the round's wall seconds per step of the loop (session.PHASES)
+
+
+@payload
+class ModelTrained(Payload):
+    KIND = EventKind.MODEL_TRAINED
+    round: int
+    n_samples: int
+    seconds: float
+    boost_rounds: int | None
+
+
+@payload
+class Paused(Payload):
+    KIND = EventKind.PAUSED
+    trials_done: int
+    replay: bool = optional()
+
+
+@payload
+class Resumed(Payload):
+    KIND = EventKind.RESUMED
+    trials_done: int
+    replay: bool = optional()
+
+
+@payload
+class RunnerHealth(Payload):
+    KIND = EventKind.RUNNER_HEALTH
+    server: str  # "host:port"
+    state: str  # "busy" | "idle" | "timeout" | "lost"
+    measured: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    retried: int = 0
+    in_flight: int = 0
+    seconds: float = optional()
+    message: str = optional()
+    retrying: bool = optional()
+
+
+@payload
+class Calibration(Payload):
+    """The calibration probe timed (workbench/noise.py); its baseline is the machine at its usual best (a low
+    percentile of the session's readings)."""
+
+    KIND = EventKind.CALIBRATION
+    probe_ms: float | None
+    baseline_ms: float | None
+    drift: float  # fraction
+    when: str  # "start" | "before round" | "after round"
+
+
+@payload
+class MeasurementNoise(Payload):
+    """``noise.describe(data)`` says it in one line."""
+
+    KIND = EventKind.MEASUREMENT_NOISE
+    source: str  # "timing" | "probe" | "load"
+    state: str  # "noisy" | "marked" | "remeasured" | "drift" | "waiting" | "quiet" | "gave-up" | "unavailable"
+    trial: int = optional()
+    wait_fraction: float = optional()
+    other_cores: float = optional()
+    processes: list = optional()  # [{pid, name, cores}]
+    seconds: float = optional()  # over which the load was read
+    probe_ms: float = optional()
+    baseline_ms: float = optional()
+    drift: float = optional()
+    when: str = optional()
+    why: str = optional()
+    waited_s: float = optional()
+    first_ms: float = optional()
+    remeasured_ms: float = optional()
+    message: str = optional()
+
+
+@payload
+class RecordsMarkedNoisy(Payload):
+    KIND = EventKind.RECORDS_MARKED_NOISY
+    record_ids: list
+    reason: str
+
+
+@payload
+class BestRemeasured(Payload):
+    """An incumbent best re-timed interleaved with a challenger; its record now holds that median."""
+
+    KIND = EventKind.BEST_REMEASURED
+    record_id: int
+    strategy: str
+    latency_ms: float
+    gflops: float
+    samples: int
+
+
+@payload
+class Stopped(Payload):
+    KIND = EventKind.STOPPED
+    trials_done: int
+    best_latency_ms: float | None = None
+    summary: dict = optional()
+    replay: bool = optional()
+
+
+@payload
+class Finished(Payload):
+    KIND = EventKind.FINISHED
+    trials_done: int
+    best_latency_ms: float | None = None
+    summary: dict = optional()
+    replay: bool = optional()
+
+
+@payload
+class Failed(Payload):
+    """An unexpected error ended the session; records so far are kept."""
+
+    KIND = EventKind.FAILED
+    message: str
+
+
+# ---------------------------------------------------------------- a network session's own events
+# Each carries the network's name and its sessions' ids (``network``, ``session_ids``).
+@payload
+class NetworkStarted(Payload):
+    KIND = EventKind.NETWORK_STARTED
+    workloads: list
+    weights: list
+    trials: int
+    preset: str
+    seed: int
+    target: dict
+    db: str
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class NetworkBaseline(Payload):
+    KIND = EventKind.NETWORK_BASELINE
+    naive_latency_ms: float | None
+    per_task: dict
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class TaskChosen(Payload):
+    KIND = EventKind.TASK_CHOSEN
+    round: int
+    index: int
+    workload: str
+    reason: str  # "warm-up" | "gradient" | "tie"
+    gradients: list
+    n: int
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class NetworkRound(Payload):
+    KIND = EventKind.NETWORK_ROUND
+    round: int
+    index: int
+    workload: str
+    trials_done: int
+    estimated_latency_ms: float | None  # sum of weight x latency
+    naive_latency_ms: float | None
+    per_task_ms: dict
+    elapsed_s: float
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class TaskDead(Payload):
+    KIND = EventKind.TASK_DEAD
+    index: int
+    workload: str
+    reason: str
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class NetworkPaused(Payload):
+    KIND = EventKind.NETWORK_PAUSED
+    trials_done: int
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class NetworkResumed(Payload):
+    KIND = EventKind.NETWORK_RESUMED
+    trials_done: int
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class NetworkFinished(Payload):
+    KIND = EventKind.NETWORK_FINISHED
+    trials_done: int
+    reason: str
+    estimated_latency_ms: float | None
+    summary: dict
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class NetworkStopped(Payload):
+    KIND = EventKind.NETWORK_STOPPED
+    trials_done: int
+    reason: str
+    estimated_latency_ms: float | None
+    summary: dict
+    network: str = None
+    session_ids: list = None
+
+
+@payload
+class NetworkFailed(Payload):
+    KIND = EventKind.NETWORK_FAILED
+    message: str
+    network: str = None
+    session_ids: list = None
+
+
+def kind_of(kind) -> EventKind | str:
+    """The ``EventKind`` of a stored kind; a kind this version does not know stays a plain string."""
+    try:
+        return EventKind(kind)
+    except ValueError:
+        return str(kind)
+
+
 @dataclass
 class Event:
-    kind: str
+    kind: EventKind | str
     session_id: int
     time: float
     elapsed: float
     data: dict = field(default_factory=dict)
     id: int = 0
+
+    def __post_init__(self):
+        self.kind = kind_of(self.kind)
+
+    @classmethod
+    def of(cls, p: Payload, session_id: int, time: float, elapsed: float, id: int = 0) -> "Event":
+        return cls(p.KIND, session_id, time, elapsed, p.to_data(), id)
+
+    @property
+    def payload(self) -> Payload | None:
+        """The typed payload (None for a kind this version does not know)."""
+        t = PAYLOAD_TYPES.get(self.kind) if isinstance(self.kind, EventKind) else None
+        return t.from_data(self.data or {}) if t else None
 
 
 class EventBus:

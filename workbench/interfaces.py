@@ -18,9 +18,10 @@ workbench's own implementations subclass them, so that a missing member is a
 type-checker error. ``tests/test_contracts.py`` runs one contract suite per
 interface over every implementation in the table.
 
-Units: latencies are seconds everywhere in these interfaces (``RunResult.run_secs``,
-``CostModel.add``'s ``cost_s``, timeouts); the records store's ``latency_ms`` is
-derived from them.
+Units (as everywhere in the workbench, see events.py): latencies are milliseconds
+(``CostModel.add``'s ``latency_ms``, ``RunResult.latency_ms``); raw timing samples keep
+TVM's seconds under names ending in ``_secs`` (``RunResult.run_secs``); timeouts and
+durations are seconds.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ class RunResult:
     reading: dict | None = None
 
     @property
-    def latency_s(self) -> float | None:
-        """The median of ``run_secs``, in seconds; None for a failed timing."""
-        return float(np.median(self.run_secs)) if self.run_secs else None
+    def latency_ms(self) -> float | None:
+        """The median of ``run_secs``, in ms; None for a failed timing."""
+        return float(np.median(self.run_secs)) * 1e3 if self.run_secs else None
 
 
 @runtime_checkable
@@ -163,7 +164,7 @@ class CostModel(Protocol):
     A program is given as its feature rows: a float32 array ``(rows, cost_model.N_FEATURES)``,
     one row per buffer store (``cost_model.Featurizer``).
 
-    ``add(feats, cost_s, group)`` records one measured program: its latency in seconds, or
+    ``add(feats, latency_ms, group)`` records one measured program: its latency in ms, or
     ``None`` for one that failed. Costs are compared only within a ``group`` (the workload's
     name), so one model can learn from several workloads.
 
@@ -194,7 +195,7 @@ class CostModel(Protocol):
 
     last_train_rounds: int
 
-    def add(self, feats: np.ndarray, cost_s: float | None, group: str) -> None: ...
+    def add(self, feats: np.ndarray, latency_ms: float | None, group: str) -> None: ...
 
     def train(self) -> bool: ...
 

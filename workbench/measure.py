@@ -311,9 +311,9 @@ def naive_and_reference(workload, builder: interfaces.Builder, runner: interface
         naive_ms = None
         if need_latency:
             r = runner.run(b.path, workload.arg_shapes, timeout=timeout, number=1, repeat=1, min_repeat_ms=0)
-            if r.latency_s is None:
+            if r.latency_ms is None:
                 raise RuntimeError(f"the naive program of {workload.name} failed to run: {r.error_msg}")
-            naive_ms = r.latency_s * 1e3
+            naive_ms = r.latency_ms
         if need_output:
             out, _cls, msg = runner.compute(b.path, inputs, workload.arg_shapes[-1], timeout=timeout)
             if out is None:

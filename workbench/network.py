@@ -34,7 +34,7 @@ import time
 from . import cost_model as cm
 from . import measure, presets, tvm_env
 from .errors import WorkbenchError
-from .events import Event
+from . import events as ev
 from .lifecycle import SessionLifecycle
 from .scheduler import GradientScheduler, similarity_tag
 from .session import DEFAULT_DB, TuningSession, as_workload
@@ -168,15 +168,15 @@ class NetworkSession(SessionLifecycle):
     def _elapsed(self) -> float:
         return time.time() - self._t0 if self._t0 else 0.0
 
-    def _emit(self, kind: str, task: TuningSession | None = None, **data) -> Event:
+    def _emit(self, payload_type: type[ev.Payload], task: TuningSession | None = None, **data) -> ev.Event:
         """Stored with the events of ``task`` (default: the first task), then handed to subscribers."""
         sid = (task or self.tasks[0]).session_id
         t = time.time()
-        data = dict(data, network=self.name, session_ids=self.session_ids)
-        ev = Event(kind, sid, t, self._elapsed(), data)
-        ev.id = self.store.add_event(sid, kind, t, ev.elapsed, data)
-        self._bus.emit(ev)
-        return ev
+        payload = payload_type(**data, network=self.name, session_ids=self.session_ids)
+        event = ev.Event.of(payload, sid, t, self._elapsed())
+        event.id = self.store.add_event(sid, payload.KIND.value, t, event.elapsed, event.data)
+        self._bus.emit(event)
+        return event
 
     def _loop(self) -> None:
         self._t0 = time.time()
@@ -184,7 +184,7 @@ class NetworkSession(SessionLifecycle):
         opened = []
         try:
             self._open_pools()
-            self._emit("network_started", workloads=[w.name for w in self.workloads],
+            self._emit(ev.NetworkStarted, workloads=[w.name for w in self.workloads],
                        weights=[w.weight for w in self.workloads], trials=self.trials, preset=self.preset.name,
                        seed=self.seed, target=self.target_dict, db=self.db_path)
             for t in self.tasks:
@@ -192,17 +192,18 @@ class NetworkSession(SessionLifecycle):
                     break
                 t.open(builder=self.builder, runner=self.runner)  # search contexts, untuned baseline, reference
                 opened.append(t)
-            self._emit("network_baseline", naive_latency_ms=self.naive_latency_ms(),
+            self._emit(ev.NetworkBaseline, naive_latency_ms=self.naive_latency_ms(),
                        per_task={t.workload.name: t.naive_latency_ms for t in self.tasks})
             reason = self._schedule()
             self.status = "stopped" if self._stop.is_set() else "finished"
-            self._emit("network_" + self.status, trials_done=self.trials_done, reason=reason,
+            end = ev.NetworkStopped if self.status == "stopped" else ev.NetworkFinished
+            self._emit(end, trials_done=self.trials_done, reason=reason,
                        estimated_latency_ms=self.estimated_latency_ms(), summary=self.summary())
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised by run()
             self.error = e
             self.status = "failed"
             try:
-                self._emit("network_failed", message=f"{type(e).__name__}: {e}")
+                self._emit(ev.NetworkFailed, message=f"{type(e).__name__}: {e}")
             except Exception:
                 pass
         finally:
@@ -230,10 +231,10 @@ class NetworkSession(SessionLifecycle):
 
     def _wait_if_paused(self) -> bool:
         if not self._running.is_set():
-            self._emit("network_paused", trials_done=self.trials_done)
+            self._emit(ev.NetworkPaused, trials_done=self.trials_done)
             self._running.wait()
             if not self._stop.is_set():
-                self._emit("network_resumed", trials_done=self.trials_done)
+                self._emit(ev.NetworkResumed, trials_done=self.trials_done)
         return not self._stop.is_set()
 
     def _schedule(self) -> str:
@@ -247,9 +248,9 @@ class NetworkSession(SessionLifecycle):
             i = choice.task
             task = self.tasks[i]
             n = min(tpr, self.trials - self.trials_done)
-            task.trials = task.trials_done + n  # this round's share of the network budget
+            task.grant(n)  # this round's share of the network budget
             self.round += 1
-            self._emit("task_chosen", task=task, round=self.round, index=i, workload=task.workload.name,
+            self._emit(ev.TaskChosen, task=task, round=self.round, index=i, workload=task.workload.name,
                        reason=choice.reason, gradients=choice.gradients, n=n)
             before = task.trials_done
             ran = task.step()
@@ -258,16 +259,16 @@ class NetworkSession(SessionLifecycle):
                 return "stopped"
             if not ran:
                 self.scheduler.mark_dead(i)
-                self._emit("task_dead", task=task, index=i, workload=task.workload.name,
+                self._emit(ev.TaskDead, task=task, index=i, workload=task.workload.name,
                            reason="no new program to propose")
                 continue
-            self.scheduler.observe(i, task.best["latency_ms"] / 1e3 if task.best else None)
-            ev = {"round": self.round, "index": i, "workload": task.workload.name, "trials_done": self.trials_done,
+            self.scheduler.observe(i, task.best["latency_ms"] if task.best else None)
+            entry = {"round": self.round, "index": i, "workload": task.workload.name, "trials_done": self.trials_done,
                   "estimated_latency_ms": self.estimated_latency_ms(), "naive_latency_ms": self.naive_latency_ms(),
                   "per_task_ms": {t.workload.name: (t.best["latency_ms"] if t.best else None) for t in self.tasks},
                   "elapsed_s": round(self._elapsed(), 3)}
-            self.history.append(ev)
-            self._emit("network_round", task=task, **ev)
+            self.history.append(entry)
+            self._emit(ev.NetworkRound, task=task, **entry)
         return "budget spent"
 
 
@@ -281,7 +282,7 @@ def network_history(db: str, session_ids: list[int] | None = None):
         if session_ids is not None and s["id"] not in session_ids:
             continue
         for e in store.events(s["id"]):
-            if e["kind"] == "network_round":
+            if e["kind"] == ev.EventKind.NETWORK_ROUND:
                 rows.append(dict(e["data"], time=e["time"]))
     df = pd.DataFrame(rows)
     return df.sort_values("time", ignore_index=True) if len(df) else df

@@ -57,6 +57,8 @@ class Preset:
     controller_lam: float | None = None
     # The strategy one-hot in the shared cost model's features (off only for the AL-Ansor ablation).
     strategy_onehot: bool = True
+    # Features computed once per program and none while the model is untrained (cost_model.Featurizer).
+    feature_reuse: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -91,12 +91,12 @@ class TunedProgram:
                 raise WorkbenchError(f"the best program of {self.workload.name} does not build: {b.error_msg}")
             runner.run(b.path, shapes, repeat=1)  # warm-up: the runner's thread pool, caches
             r = runner.run(b.path, shapes)
-            if r.latency_s is None:
+            if r.latency_ms is None:
                 raise WorkbenchError(f"the best program of {self.workload.name} failed to run: {r.error_msg}")
         finally:
             builder.close()
             runner.close()
-        return {"timed_ms": r.latency_s * 1e3, "spread": noise.spread(r.run_secs), "repeats": len(r.run_secs),
+        return {"timed_ms": r.latency_ms, "spread": noise.spread(r.run_secs), "repeats": len(r.run_secs),
                 "threads": threads, "noise": r.reading, "noisy": noise.is_noisy(r.reading, noise.NoisePolicy())}
 
     def export(self, path: str) -> str:

@@ -14,7 +14,7 @@ import threading
 import time
 
 from .errors import WorkbenchError
-from .events import Event, EventBus
+from .events import Event, EventBus, EventKind, Paused, Resumed, Stopped
 from .store import RecordStore
 
 
@@ -94,23 +94,23 @@ class ReplaySession:
                 break
             if not self._running.is_set():
                 self.status = "paused"
-                self._bus.emit(Event("paused", self.session_id, time.time(), e["elapsed"],
-                                     {"trials_done": self._trials_done(), "replay": True}))
+                self._bus.emit(Event.of(Paused(trials_done=self._trials_done(), replay=True), self.session_id,
+                                        time.time(), e["elapsed"]))
                 self._running.wait()
                 if self._stop.is_set():
                     break
                 self.status = "running"
-                self._bus.emit(Event("resumed", self.session_id, time.time(), e["elapsed"],
-                                     {"trials_done": self._trials_done(), "replay": True}))
+                self._bus.emit(Event.of(Resumed(trials_done=self._trials_done(), replay=True), self.session_id,
+                                        time.time(), e["elapsed"]))
             if prev is not None:
                 time.sleep(min(self.max_gap, max(0.0, e["elapsed"] - prev) / self.speed))
             prev = e["elapsed"]
-            if e["kind"] == "candidate_measured":
+            if e["kind"] == EventKind.CANDIDATE_MEASURED:
                 self._last_record_id = e["data"]["record"]["id"]
             self._bus.emit(Event(e["kind"], self.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
         if self._stop.is_set():
             self.status = "stopped"
-            self._bus.emit(Event("stopped", self.session_id, time.time(), prev or 0.0,
-                                 {"trials_done": self._trials_done(), "replay": True}))
+            self._bus.emit(Event.of(Stopped(trials_done=self._trials_done(), replay=True), self.session_id,
+                                    time.time(), prev or 0.0))
         else:
             self.status = "finished"

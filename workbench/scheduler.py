@@ -55,7 +55,7 @@ class GradientScheduler:
         self.weights = [float(w) for w in weights]
         self.flops = [float(f) for f in flops]
         self.alpha, self.beta, self.window = alpha, beta, backward_window
-        self.best = [INF_COST] * n  # g_i: best latency (s) so far
+        self.best = [INF_COST] * n  # g_i: best latency (ms) so far
         self.rounds = [0] * n  # t_i
         self.history: list[list[float]] = [[] for _ in range(n)]  # best after each round
         self.dead: set[int] = set()
@@ -73,7 +73,7 @@ class GradientScheduler:
         return len(self.weights)
 
     def objective(self) -> float:
-        """f = sum_i w_i * g_i (seconds; INF_COST counts for tasks without a valid program)."""
+        """f = sum_i w_i * g_i (ms; INF_COST counts for tasks without a valid program)."""
         return sum(w * g for w, g in zip(self.weights, self.best))
 
     def alive(self) -> list[int]:
@@ -82,11 +82,11 @@ class GradientScheduler:
     def mark_dead(self, i: int) -> None:
         self.dead.add(i)
 
-    def observe(self, i: int, best_latency_s: float | None) -> None:
+    def observe(self, i: int, best_latency_ms: float | None) -> None:
         """Task i finished a round; its best latency so far (None: still no valid program)."""
         self.rounds[i] += 1
-        if best_latency_s is not None and best_latency_s < self.best[i]:
-            self.best[i] = float(best_latency_s)
+        if best_latency_ms is not None and best_latency_ms < self.best[i]:
+            self.best[i] = float(best_latency_ms)
         self.history[i].append(self.best[i])
         if self.best[i] < INF_COST:
             self._adjust_group(i)
@@ -145,6 +145,6 @@ class GradientScheduler:
             self.tags[i] = None
 
     def state(self) -> dict:
-        return {"best_s": [None if b >= INF_COST else b for b in self.best], "rounds": list(self.rounds),
-                "dead": sorted(self.dead), "objective_s": self.objective(),
+        return {"best_ms": [None if b >= INF_COST else b for b in self.best], "rounds": list(self.rounds),
+                "dead": sorted(self.dead), "objective_ms": self.objective(),
                 "groups": {k: list(v) for k, v in self.groups.items() if len(v) > 1}}

@@ -1,12 +1,17 @@
 """``TuningSession``: one workload, searched round by round, every step an event.
 
-A round: the controller picks a layout strategy; that strategy's evolutionary
-search (TVM's ``EvolutionarySearch``: sampled annotations of the sketches plus
-the best measured programs, evolved with TVM's mutators under the shared cost
-model, then eps-greedy selection) proposes a batch; the batch is built in
-parallel, timed one by one, every new best is verified against the workload's
-reference, every record is written to the store before it is announced, and
-the cost model is retrained on all data.
+A round is the loop's named steps (workbench/loop.py): the controller picks a
+layout strategy (decide); the other strategies' best programs are offered to its
+search (cross-seed); its evolutionary search (TVM's ``EvolutionarySearch``:
+sampled annotations of the sketches plus the best measured programs, evolved
+with TVM's mutators under the shared cost model, then eps-greedy selection)
+proposes a batch (propose) that the model scores (predict); the batch is built in
+parallel (build) and timed one by one (measure); a would-be best must compute the
+workload's reference answer (verify) and is re-timed against the incumbents
+(confirm); every record is written to the store before it is announced (record);
+the search database, cost model and controller learn from the round (learn).
+The session owns lifecycle (status, pause, stop, resume from a store) and state;
+the steps do the work.
 
 ``run()`` blocks; ``start()`` runs the same loop in a background thread;
 ``pause()``, ``resume()`` and ``stop()`` take effect between candidates.
@@ -14,6 +19,7 @@ the cost model is retrained on all data.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -22,12 +28,13 @@ import time
 import numpy as np
 
 from . import cost_model as cm
-from . import interfaces, layouts, measure, noise, presets, space, tvm_env
+from . import events as ev
+from . import interfaces, layouts, loop, measure, noise, presets, space, tvm_env
 from .controller import StrategyController, make_policy
 from .errors import WorkbenchError
-from .events import Event
 from .lifecycle import SessionLifecycle
-from .store import RecordStore, program_hash, release_session_lock, session_lock
+from .loop import PHASES  # noqa: F401 - re-exported: the phases of round_finished.phase_seconds
+from .store import RecordStore, release_session_lock, session_lock
 from .workloads import Workload, registry, workload_from_spec
 
 DEFAULT_DB = "workbench.db"
@@ -52,11 +59,6 @@ def _mode_for(strategy, names) -> str:
     return "round-robin"
 
 
-# The loop's phases, timed per round: the evolutionary search, feature extraction + prediction of its
-# proposals, compilation, timing + verification (with the noise checks), replaying measured programs into
-# the other strategies' searches, retraining the cost model.
-PHASES = ("search", "features", "build", "measure", "cross_seed", "train")
-
 
 class TuningSession(SessionLifecycle):
     def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
@@ -79,7 +81,8 @@ class TuningSession(SessionLifecycle):
         self.strategies = layouts.parse_strategies(strategy, self.workload)
         self.controller = StrategyController(
             self.strategies, _mode_for(strategy, self.strategies),
-            make_policy(self.preset.controller_policy, self.preset.controller_c, self.preset.controller_lam, seed))
+            make_policy(self.preset.controller_policy, seed=seed, c=self.preset.controller_c,
+                        lam=self.preset.controller_lam))
         # RPC: runner="rpc://HOST:PORT/KEY" (or any interfaces.Runner); checked before
         # a session row exists, so an unreachable tracker leaves nothing behind.
         if runner is not None and runner != "local" and isinstance(runner, str):
@@ -93,10 +96,18 @@ class TuningSession(SessionLifecycle):
         self._init_lifecycle()
         # Held around each round's timing phase; a live view defers its redraws while it is (noise.MeasurementGate).
         self.measurement_gate = noise.MeasurementGate()
-        self.best: dict | None = None  # overall best record (verified)
-        self.best_by_strategy: dict = {}
+        self.state = loop.SearchState()  # bests, measured programs, cross-seeding pool (shared by the steps)
         self.naive_latency_ms: float | None = None
         self._elapsed_offset = 0.0
+        self._t0: float | None = None
+        # Made by open() (TVM is imported then, not at construction): collaborators and the loop's steps.
+        self.target = self.model = self.featurizer = self.search_model = None
+        self.builder = self.runner = self.noise = self.inputs = self.reference = None
+        self.contexts: dict = {}  # strategy -> its TuneContext (search)
+        self.search_dbs: dict = {}  # strategy -> (its search's MemoryDatabase, workload entry)
+        self._ctx_strategy: dict = {}  # TuneContext task name -> strategy
+        self.cross_seed = self.propose = self.predict = self.build = self.measure = None
+        self.verify = self.confirm = self.record = self.learn = None
         # Wall seconds per phase of the loop in this process (the profile behind "where does a round go").
         self.phase_seconds: dict = {k: 0.0 for k in PHASES}
         if _resume is None:
@@ -151,7 +162,17 @@ class TuningSession(SessionLifecycle):
     @property
     def cost_model(self):
         """The shared cost model (``PackSumXGB``: ``predict``, ``feature_importance``, ``n_samples``); None before start."""
-        return getattr(self, "model", None)
+        return self.model
+
+    @property
+    def best(self) -> dict | None:
+        """The overall best record (verified), None before one."""
+        return self.state.best
+
+    @property
+    def best_by_strategy(self) -> dict:
+        """Strategy -> its best verified record."""
+        return self.state.best_by_strategy
 
     def records(self, with_trace: bool = False):
         """Measured candidates of this session as a pandas DataFrame."""
@@ -190,14 +211,14 @@ class TuningSession(SessionLifecycle):
 
     # ------------------------------------------------------------------ internals
     def _elapsed(self) -> float:
-        return self._elapsed_offset + (time.time() - self._t0 if getattr(self, "_t0", None) else 0.0)
+        return self._elapsed_offset + (time.time() - self._t0 if self._t0 else 0.0)
 
-    def _emit(self, kind: str, **data) -> Event:
+    def _emit(self, payload: ev.Payload) -> ev.Event:
         t = time.time()
-        ev = Event(kind, self.session_id, t, self._elapsed(), data)
-        ev.id = self.store.add_event(self.session_id, kind, t, ev.elapsed, data)
-        self._bus.emit(ev)
-        return ev
+        event = ev.Event.of(payload, self.session_id, t, self._elapsed())
+        event.id = self.store.add_event(self.session_id, payload.KIND.value, t, event.elapsed, event.data)
+        self._bus.emit(event)
+        return event
 
     def _set_status(self, status: str) -> None:
         self.status = status
@@ -212,14 +233,11 @@ class TuningSession(SessionLifecycle):
             self.error = e
             self._set_status("failed")
             try:
-                self._emit("failed", message=f"{type(e).__name__}: {e}")
+                self._emit(ev.Failed(message=f"{type(e).__name__}: {e}"))
             except Exception:
                 pass
         finally:
             self._teardown()
-
-    def _best_ms(self):
-        return self.best["latency_ms"] if self.best else None
 
     def _setup(self) -> None:
         from tvm.s_tir import meta_schedule as ms
@@ -233,30 +251,23 @@ class TuningSession(SessionLifecycle):
             nthread=tvm_env.available_cores())
         self.featurizer = cm.Featurizer(space.tune_context(w, self.target, "no-rewrite", p, self.seed, search=False,
                                                            threads=tvm_env.available_cores()),
-                                        strategy_onehot=p.strategy_onehot)
-        self._ctx_strategy: dict = {}
+                                        strategy_onehot=p.strategy_onehot, reuse=p.feature_reuse)
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
         self.builder = self._shared_builder or measure.make_builder(self.target_dict, p, workers=self.builder_workers)
         # RPC server health arrives on this (the tuning) thread, so it is stored and emitted like any event.
         self.runner = measure.make_runner(self.runner_spec, self.target_dict, p,
-                                          on_health=lambda d: self._emit("runner_health", **d))
+                                          on_health=lambda d: self._emit(ev.RunnerHealth.from_data(d)))
         self.inputs = w.make_inputs(seed=1234)
-        self.out_shape = w.arg_shapes[-1]
-        self._measured_hashes: set = set()
-        self._seed_copies: set = set()  # hashes of programs offered by _offer_seeds (see _propose)
-        self._seed_pool: list = []  # (mean run seconds, source strategy, trace, run_secs) of every measured program
-        self._seeds_tried: dict = {s: set() for s in self.strategies}  # pool indices replayed into s (or failing)
-        self._seeds_in: dict = {s: set() for s in self.strategies}  # pool indices in s's search database
-        self.contexts = {}
-        self.ms_dbs = {}
+        self.state = loop.SearchState()
         prior = self.store.traces(self.session_id) if self._resumed else []
         if prior:
             self._elapsed_offset = self.store.records(session_id=self.session_id)["elapsed_s"].max()
             self._t0 = time.time()
-        self._emit("session_started", workload=w.name, spec=w.spec(), flops=w.flops, target=self.target_dict,
-                   trials=self.trials, preset=p.name, seed=self.seed, strategies=self.strategies,
-                   mode=self.controller.mode, db=self.db_path, resumed=self._resumed, trials_done=len(prior),
-                   reference=w.reference_kind, weight_indices=w.weight_indices)
+        self._emit(ev.SessionStarted(
+            workload=w.name, spec=w.spec(), flops=w.flops, target=self.target_dict, trials=self.trials,
+            preset=p.name, seed=self.seed, strategies=self.strategies, mode=self.controller.mode, db=self.db_path,
+            resumed=self._resumed, trials_done=len(prior), reference=w.reference_kind,
+            weight_indices=w.weight_indices))
         for s in self.strategies:
             ctx = space.tune_context(w, self.target, s, p, self.seed + layouts.STRATEGY_INDEX[s])
             self._ctx_strategy[ctx.task_name] = s
@@ -264,15 +275,28 @@ class TuningSession(SessionLifecycle):
             ctx.pre_tuning(max_trials=1 << 30, num_trials_per_iter=p.trials_per_round,
                            design_spaces=ctx.generate_design_space(), database=db, cost_model=self.search_model)
             self.contexts[s] = ctx
-            self.ms_dbs[s] = (db, db.commit_workload(w.mod))
+            self.search_dbs[s] = (db, db.commit_workload(w.mod))
         self._baseline_and_reference()
         self.noise = noise.NoiseGuard(noise.NoisePolicy(mode=p.noise, confirm_rounds=p.confirm_rounds), self.runner,
                                       self.builder, self._emit, self._stop.is_set, gate=self.measurement_gate)
-        self._artifacts: dict = {}  # record id -> (artifact path, arg shapes) of the incumbents, for re-measurement
+        self._compose_steps()
         with self.measurement_gate:
             self.noise.start()
         if prior:
             self._restore(prior)
+
+    def _compose_steps(self) -> None:
+        """The loop's steps (workbench/loop.py), wired to this session's collaborators and state."""
+        st, w = self.state, self.workload
+        self.cross_seed = loop.CrossSeed(w, self.target, self.preset, self.contexts, self.search_dbs, st)
+        self.propose = loop.Propose(self.contexts, st)
+        self.predict = loop.Predict(self.contexts, self.featurizer, self.model)
+        self.build = loop.Build(self.builder)
+        self.measure = loop.Measure(self.noise)
+        self.verify = loop.Verify(self.runner, w, self.inputs, self.reference)
+        self.confirm = loop.Confirm(self.noise, self.preset.confirm_rounds, w, self.store, st, self._emit)
+        self.record = loop.Record(self.store, self.session_id, w, self.seed, st, self.builder, self._emit)
+        self.learn = loop.Learn(self.model, self.controller, self.search_dbs, self.contexts, self.target, st)
 
     def _strategy_of_ctx(self, ctx) -> str:
         return self._ctx_strategy[str(ctx.task_name)]
@@ -285,12 +309,13 @@ class TuningSession(SessionLifecycle):
         if not known:
             self.naive_latency_ms = naive_ms
             self.store.update_session(self.session_id, naive_latency_ms=naive_ms)
-            self._emit("baseline_measured", naive_latency_ms=naive_ms, reference=w.reference_kind)
+            self._emit(ev.BaselineMeasured(naive_latency_ms=naive_ms, reference=w.reference_kind))
 
     def _restore(self, prior) -> None:
         """Rebuild search state from stored records: search databases, cost model, bests, counters."""
         from tvm.s_tir import meta_schedule as ms
 
+        st = self.state
         width = cm.N_FEATURES
         for strategy, feats, lat, h in self.store.training_rows(self.workload.name):
             # Rows written by a workbench with another strategy set have another width: not comparable.
@@ -300,97 +325,44 @@ class TuningSession(SessionLifecycle):
         self.trials_done = len(rec)
         self.round = int(rec["round"].max()) if len(rec) else 0
         for row in prior:
-            self._measured_hashes.add(row["mod_hash"])
-            if row["error_class"] is None and row["latency_ms"] is not None and row["strategy"] in self.ms_dbs:
+            st.measured_hashes.add(row["mod_hash"])
+            if row["error_class"] is None and row["latency_ms"] is not None and row["strategy"] in self.search_dbs:
                 sch = space.schedule_from_trace_json(self.workload, row["trace"])
-                db, wl = self.ms_dbs[row["strategy"]]
+                db, wl = self.search_dbs[row["strategy"]]
                 args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
                 run_secs = [float(x) for x in json.loads(row["run_secs"])]
                 db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
-                self._seed_pool.append((float(np.mean(run_secs)), row["strategy"], sch.trace, run_secs))
+                st.seed_pool.append((float(np.mean(run_secs)), row["strategy"], sch.trace, run_secs))
         for s in self.strategies:
             b = self.store.best(self.workload.name, s)
             if b is not None and b["session_id"] == self.session_id:
-                self.best_by_strategy[s] = b
-                if self.best is None or b["latency_ms"] < self.best["latency_ms"]:
-                    self.best = b
+                st.best_by_strategy[s] = b
+                if st.best is None or b["latency_ms"] < st.best["latency_ms"]:
+                    st.best = b
         for s in self.strategies:
             sub = rec[rec["strategy"] == s]
             if len(sub):
                 ok = sub[sub["error_class"].isna()]
-                self.controller.observe(s, ok["latency_ms"].min() / 1e3 if len(ok) else None, None, int(len(sub)))
+                self.controller.observe(s, ok["latency_ms"].min() if len(ok) else None, None, int(len(sub)))
         self.model.train()
-
-    def _offer_seeds(self, strategy: str) -> None:
-        """Before ``strategy``'s search runs, put the best programs measured under the other strategies into
-        its search database.
-
-        All strategies share the workload's sketches and differ only in postprocessors, so a trace
-        (postprocs removed) replays under another strategy's postprocs as a *different* program of the
-        same loop structure. Its record in that strategy's search database makes the program a seed of
-        the next initial population there; without this an arm picked late by the controller restarts
-        from its own few measurements (what the first reduced AL-Ansor run showed). The latency attached
-        is the one measured under its source: a ranking hint for seed selection only; the cost model
-        never sees these rows. A trace that does not replay (e.g. ``packed`` needs a tiled output-channel
-        axis) is skipped, because TVM's search aborts on a seed it cannot postprocess.
-
-        The search seeds its population from the database's top ``population * init_measured_ratio``
-        records only, so only that many of the others' best programs are replayed, when the strategy
-        is about to search: the same seeds as replaying every program the moment it is measured, at a
-        fraction of the replays (each is a schedule replay plus postprocessing).
-        """
-        if not self.preset.cross_seed or len(self.ms_dbs) < 2:
-            return
-        from tvm.s_tir import meta_schedule as ms
-        from tvm.s_tir.schedule import Schedule
-
-        db, wl = self.ms_dbs[strategy]
-        want = max(1, math.ceil(self.preset.population * self.preset.init_measured_ratio))
-        tried, kept = self._seeds_tried[strategy], self._seeds_in[strategy]
-        order = sorted((i for i, e in enumerate(self._seed_pool) if e[1] != strategy),
-                       key=lambda i: self._seed_pool[i][0])
-        n = 0
-        for i in order:
-            if n >= want:
-                break
-            if i in kept:
-                n += 1
-                continue
-            if i in tried:
-                continue
-            tried.add(i)
-            _, _, trace, run_secs = self._seed_pool[i]
-            sch = Schedule(self.workload.mod)
-            try:
-                trace.apply_to_schedule(sch, remove_postproc=True)
-                if not space._postprocess(sch, self.contexts[strategy]):
-                    continue
-            except Exception:  # noqa: BLE001 - not replayable under this strategy: not a seed for it
-                continue
-            args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
-            self._seed_copies.add(program_hash(sch.mod))
-            kept.add(i)
-            n += 1
 
     def _teardown(self) -> None:
         release_session_lock(self._lock)
         self._lock = None
-        guard = getattr(self, "noise", None)
-        if guard is not None:
-            guard.close()
-            for path, _shapes in self._artifacts.values():
+        if self.noise is not None:
+            self.noise.close()
+            for path, _shapes in self.state.artifacts.values():
                 self.builder.discard(path)
-            self._artifacts.clear()
+            self.state.artifacts.clear()
         for name in ("builder", "runner"):
-            obj = getattr(self, name, None)
+            obj = getattr(self, name)
             if obj is not None and not (name == "runner" and obj is self.runner_spec) \
                     and obj is not self._shared_builder:  # the caller's own runner / shared builder
                 try:
                     obj.close()
                 except Exception:
                     pass
-        for ctx in getattr(self, "contexts", {}).values():
+        for ctx in self.contexts.values():
             try:
                 ctx.post_tuning()
             except Exception:
@@ -400,12 +372,12 @@ class TuningSession(SessionLifecycle):
         """Blocks while paused; returns False if the session should stop."""
         if not self._running.is_set():
             self._set_status("paused")
-            self._emit("paused", trials_done=self.trials_done)
+            self._emit(ev.Paused(trials_done=self.trials_done))
             with self.measurement_gate.suspended():  # paused mid-round: a live view may draw meanwhile
                 self._running.wait()
             if not self._stop.is_set():
                 self._set_status("running")
-                self._emit("resumed", trials_done=self.trials_done)
+                self._emit(ev.Resumed(trials_done=self.trials_done))
         return not self._stop.is_set()
 
     def _search(self) -> None:
@@ -433,10 +405,15 @@ class TuningSession(SessionLifecycle):
         finally:
             self._teardown()
 
+    def grant(self, n: int) -> None:
+        """Allow ``n`` more trials than measured so far (a driver sharing one budget among sessions)."""
+        self.trials = self.trials_done + n
+
     def _finish(self) -> None:
         status = "stopped" if self._stop.is_set() else "finished"
         self._set_status(status)
-        self._emit(status, trials_done=self.trials_done, best_latency_ms=self._best_ms(), summary=self.summary())
+        payload = ev.Stopped if status == "stopped" else ev.Finished
+        self._emit(payload(trials_done=self.trials_done, best_latency_ms=self.state.best_ms(), summary=self.summary()))
 
     def step(self) -> bool:
         """One round (up to trials_per_round candidates); False when none was run: budget spent, stopped, or
@@ -444,155 +421,115 @@ class TuningSession(SessionLifecycle):
         while self.trials_done < self.trials:
             if not self._wait_if_paused():
                 return False
-            decision = self.controller.choose()
+            decision = self.controller.choose()  # decide
             if decision is None:
-                self._emit("controller_decision", round=self.round + 1, strategy=None, chosen_by="controller",
-                           mode=self.controller.mode, scores={}, reason="every strategy is exhausted or pruned", pruned=[])
+                self._emit(ev.ControllerDecision(round=self.round + 1, strategy=None, chosen_by="controller",
+                                                 mode=self.controller.mode, scores={},
+                                                 reason="every strategy is exhausted or pruned", pruned=[]))
                 return False
             self.round += 1
             n = min(self.preset.trials_per_round, self.trials - self.trials_done)
-            self._emit("controller_decision", round=self.round, strategy=decision.strategy, chosen_by=decision.chosen_by,
-                       mode=decision.mode, scores=_finite(decision.scores), reason=decision.reason, pruned=[])
-            self._emit("round_started", round=self.round, strategy=decision.strategy, chosen_by=decision.chosen_by,
-                       reason=_finite(decision.scores), n=n)
-            measured = self._round(decision.strategy, decision.chosen_by, n)
-            if measured is None:
+            self._emit(ev.ControllerDecision(round=self.round, strategy=decision.strategy,
+                                             chosen_by=decision.chosen_by, mode=decision.mode,
+                                             scores=_finite(decision.scores), reason=decision.reason, pruned=[]))
+            self._emit(ev.RoundStarted(round=self.round, strategy=decision.strategy, chosen_by=decision.chosen_by,
+                                       scores=_finite(decision.scores), n=n))
+            if self._round(decision.strategy, decision.chosen_by, n) is None:
                 self.controller.mark_exhausted(decision.strategy)
                 continue
             return True
         return False
 
-    def _propose(self, strategy: str, n: int):
-        """Up to n candidates never measured before, from the strategy's evolutionary search."""
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-        ctx = self.contexts[strategy]
-        out, copies = [], []
-        for _ in range(3):  # a search round can return only already-measured programs; retry a little
-            cands = ctx.generate_measure_candidates()
-            if not cands:
-                break
-            for c in cands:
-                h = program_hash(c.sch.mod)
-                if h in self._measured_hashes or any(h == o[1] for o in out + copies):
-                    continue
-                if h in self._seed_copies:
-                    # Another strategy's program replayed as is: the model ranks these seeds high, and
-                    # measuring them took a quarter of an adaptive session's trials (first AL-Ansor rerun).
-                    # They steer the search; only its new programs are measured, unless it has no other.
-                    copies.append((c, h))
-                    continue
-                out.append((c, h))
-                if len(out) >= n:
-                    break
-            if len(out) >= n:
-                break
-            if out:
-                break
-        if not out:
-            out = copies[:n]
-        strip = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)
-        return [(c, h, strip(c.sch.mod)) for c, h in out]
-
-    def _round(self, strategy: str, chosen_by: str, n: int):
-        from tvm.s_tir import meta_schedule as ms
-
-        w = self.workload
-        ctx = self.contexts[strategy]
-        round_phases = {k: 0.0 for k in PHASES}
-        t = time.time()
-        self._offer_seeds(strategy)
-        round_phases["cross_seed"] = time.time() - t
+    def _round(self, strategy: str, chosen_by: str, n: int) -> int | None:
+        """One round of the loop's steps for ``strategy``; the number measured, None if it proposed nothing."""
+        phases = {k: 0.0 for k in loop.PHASES}
+        with _timed(phases, "cross_seed"):
+            self.cross_seed(strategy)
         t_prop = time.time()
-        props = self._propose(strategy, n)
-        round_phases["search"] = time.time() - t_prop
-        if not props:
-            self._add_phases(round_phases)
+        with _timed(phases, "search"):
+            proposals = self.propose(strategy, n)
+        if not proposals:
+            self._add_phases(phases)
             return None
-        cands = [c for c, _, _ in props]
-        t = time.time()
-        feats = self.featurizer(ctx, cands, strategy)
-        preds = self.model.predict(feats)
-        round_phases["features"] = time.time() - t
-        self._emit("candidates_proposed", round=self.round, strategy=strategy,
-                   candidates=[{"index": i, "predicted_score": float(p), "mod_hash": h}
-                               for i, (p, (_, h, _)) in enumerate(zip(preds, props))])
-        t = time.time()
-        builds = self.builder.build([m for _, _, m in props])
-        round_phases["build"] = time.time() - t
-        global_prev = self.best["latency_ms"] / 1e3 if self.best else None
-        measured_c, results = [], []
-        round_best = None
-        errors = 0
-        def measured(i, run_result=None):
-            nonlocal errors, round_best
-            (c, h, _), b = props[i], builds[i]
-            rec = self._measure_one(strategy, chosen_by, c, h, b, float(preds[i]), feats[i], t_prop, run_result)
-            measured_c.append(c)
-            ok = rec["error_class"] is None
-            errors += not ok
-            results.append(ms.runner.RunnerResult(rec["run_secs"] if ok else None,
-                                                  None if ok else (rec["error_msg"] or rec["error_class"])))
-            if ok:
-                round_best = min(round_best or math.inf, rec["latency_ms"] / 1e3)
-                db, wl = self.ms_dbs[strategy]
-                db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, wl, rec["run_secs"], self.target,
-                                                                 c.args_info))
-                self._seed_pool.append((float(np.mean(rec["run_secs"])), strategy, c.sch.trace, rec["run_secs"]))
+        with _timed(phases, "features"):
+            self.predict(strategy, proposals)
+        self._emit(ev.CandidatesProposed(round=self.round, strategy=strategy, candidates=[
+            {"index": i, "predicted_score": p.predicted_score, "mod_hash": p.mod_hash}
+            for i, p in enumerate(proposals)]))
+        with _timed(phases, "build"):
+            builds = self.build(proposals)
+        best_before = self.state.best_ms()
+        measured: list = []  # (proposal, record)
 
-        t_measure = time.time()
-        try:
-            with self.measurement_gate:
-                slow_before = self.noise.check_probe("before round")
-                first_id = self.store.last_record_id(self.session_id)
-                if isinstance(self.runner, interfaces.BatchRunner):
-                    self._measure_batch(props, builds, measured)
-                else:
-                    for i in range(len(props)):
-                        if not self._wait_if_paused():
-                            break
-                        measured(i)
-                if measured_c and self.noise.check_probe("after round"):
-                    self._mark_round_noisy(first_id, "the probe was slow after the round")
-                elif slow_before:
-                    self._mark_round_noisy(first_id, "the probe was slow before the round and did not recover")
-        finally:
-            kept = {path for path, _ in self._artifacts.values()}
-            for b in builds:
-                if b.path not in kept:
-                    self.builder.discard(b.path)
-        round_phases["measure"] = time.time() - t_measure
-        if measured_c:
-            ctx.notify_runner_results(measured_c, results)
+        def one(i, run_result=None):
+            p, b = proposals[i], builds[i]
+            rec = self._measure_one(strategy, chosen_by, p, b, t_prop, run_result)
+            measured.append((p, rec))
+            self.learn.record(strategy, p, rec)
+
+        with _timed(phases, "measure"):
+            try:
+                with self.measurement_gate:
+                    slow_before = self.measure.probe_slow("before round")
+                    first_id = self.store.last_record_id(self.session_id)
+                    if isinstance(self.runner, interfaces.BatchRunner):
+                        self._measure_batch(proposals, builds, one)
+                    else:
+                        for i in range(len(proposals)):
+                            if not self._wait_if_paused():
+                                break
+                            one(i)
+                    if measured and self.measure.probe_slow("after round"):
+                        self._mark_round_noisy(first_id, "the probe was slow after the round")
+                    elif slow_before:
+                        self._mark_round_noisy(first_id, "the probe was slow before the round and did not recover")
+            finally:
+                self.build.discard(builds, keep={path for path, _ in self.state.artifacts.values()})
         t = time.time()
-        trained = self.model.train()
-        round_phases["train"] = time.time() - t
-        self._add_phases(round_phases)
+        with _timed(phases, "train"):
+            trained = self.learn.round(strategy, measured)
+        self._add_phases(phases)
         if trained:
-            self._emit("model_trained", round=self.round, n_samples=self.model.n_samples,
-                       seconds=round(time.time() - t, 3), boost_rounds=self.model.last_train_rounds)
-        top = sorted(preds, reverse=True)[: max(1, len(preds) // 4)]
-        pruned = self.controller.observe(strategy, round_best, global_prev, len(measured_c),
-                                         predicted_mean=float(np.mean(top)) if len(top) else None,
-                                         model_trained=self.model.trained)
-        self._emit("round_finished", round=self.round, strategy=strategy, measured=len(measured_c), errors=errors,
-                   round_best_ms=None if round_best is None else round_best * 1e3, best_ms=self._best_ms(),
-                   pruned=pruned, controller=self.controller.state(),
-                   phase_seconds={k: round(v, 3) for k, v in round_phases.items()})
-        return len(measured_c)
+            self._emit(ev.ModelTrained(round=self.round, n_samples=self.model.n_samples,
+                                       seconds=round(time.time() - t, 3), boost_rounds=self.model.last_train_rounds))
+        ok = [r["latency_ms"] for _, r in measured if r["error_class"] is None]
+        round_best = min(ok) if ok else None
+        pruned = self.learn.observe(strategy, round_best, best_before, len(measured), proposals)
+        self._emit(ev.RoundFinished(round=self.round, strategy=strategy, measured=len(measured),
+                                    errors=len(measured) - len(ok), round_best_ms=round_best,
+                                    best_ms=self.state.best_ms(), pruned=pruned, controller=self.controller.state(),
+                                    phase_seconds={k: round(v, 3) for k, v in phases.items()}))
+        return len(measured)
+
+    def _measure_one(self, strategy: str, chosen_by: str, p: loop.Proposal, b, t_prop: float,
+                     run_result=None) -> dict:
+        """measure → (verify → confirm, for a would-be best) → record, for one built proposal."""
+        timing = self.measure(b, p.shapes, trial=self.trials_done + 1, run_result=run_result)
+        verdict = loop.Verdict(timing.latency_ms)
+        if timing.latency_ms is not None and self.record.is_strategy_best(strategy, timing.latency_ms):
+            # A would-be best is only reported once it computes the right answer.
+            ok, cls, msg = self.verify(strategy, p, b.path)
+            if not ok:
+                verdict = loop.Verdict(timing.latency_ms, False, cls, msg)
+            else:
+                verdict = self.confirm(strategy, b.path, p.shapes, timing.latency_ms)
+        self.trials_done += 1
+        return self.record(p, strategy, chosen_by, timing, verdict, trial=self.trials_done, round=self.round,
+                           proposed_at=t_prop, elapsed_s=self._elapsed(), path=b.path,
+                           keep_artifact=run_result is None)
 
     def _add_phases(self, round_phases: dict) -> None:
         for k, v in round_phases.items():
             self.phase_seconds[k] += v
 
-    def _measure_batch(self, props, builds, measured) -> None:
+    def _measure_batch(self, proposals, builds, one) -> None:
         """Several candidates in flight at once (an RPC runner's servers); each is recorded as it finishes."""
         built = [i for i, b in enumerate(builds) if b.path is not None]
         for i, b in enumerate(builds):
             if b.path is None:
                 if not self._wait_if_paused():
                     return
-                measured(i)
+                one(i)
         if self._stop.is_set():
             return
 
@@ -601,112 +538,26 @@ class TuningSession(SessionLifecycle):
             return not self._stop.is_set()
 
         def on_result(k, r):
-            measured(built[k], r)
+            one(built[k], r)
             self._wait_if_paused()
 
-        items = [(builds[i].path, [tuple(int(x) for x in a.shape) for a in props[i][0].args_info]) for i in built]
+        items = [(builds[i].path, proposals[i].shapes) for i in built]
         self.runner.run_many(items, on_result=on_result, proceed=proceed)
 
     def _mark_round_noisy(self, after_id: int, reason: str) -> None:
         """The probe says the machine was slow around the round's timing: every record it timed is suspect."""
         ids = self.store.mark_noisy(self.session_id, after_id)
         if ids:
-            self._emit("records_marked_noisy", record_ids=ids, reason=reason)
+            self._emit(ev.RecordsMarkedNoisy(record_ids=ids, reason=reason))
 
-    def _confirm(self, strategy: str, path: str, shapes: list, first_lat: float):
-        """Re-measure a would-be best interleaved with the incumbents it must beat (the winner's curse:
-        the minimum over many noisy timings is biased low). Returns (latency s, its samples, spread); the
-        incumbents' records get their re-measured medians, so that ranking by latency stays fair."""
-        if self.preset.confirm_rounds <= 0:
-            return first_lat, None, None
-        incumbents = {}
-        for rec in (self.best_by_strategy.get(strategy), self.best):
-            if rec is not None and rec["id"] in self._artifacts:
-                incumbents[rec["id"]] = rec
-        entries = [("candidate", path, shapes)] + [(rid, *self._artifacts[rid]) for rid in incumbents]
-        samples = self.noise.confirm(entries)
-        if not samples["candidate"]:
-            return first_lat, None, None
-        for rid, rec in incumbents.items():
-            if samples[rid]:
-                ms = float(np.median(samples[rid])) * 1e3
-                gflops = self.workload.flops / ms / 1e6
-                self.store.update_record(rid, latency_ms=ms, gflops=gflops, confirm_secs=json.dumps(samples[rid]),
-                                         confirm_spread=noise.spread(samples[rid]))
-                for held in {id(r): r for r in (self.best, *self.best_by_strategy.values()) if r is not None
-                             and r["id"] == rid}.values():
-                    held["latency_ms"], held["gflops"] = ms, gflops
-                self._emit("best_remeasured", record_id=rid, strategy=rec["strategy"], latency_ms=ms, gflops=gflops,
-                           samples=len(samples[rid]))
-        if self.best_by_strategy:  # an incumbent re-measured slower may no longer be the fastest overall
-            self.best = min(self.best_by_strategy.values(), key=lambda r: r["latency_ms"])
-        c = samples["candidate"]
-        return float(np.median(c)), c, noise.spread(c)
 
-    def _keep_artifact(self, rec: dict, path: str, shapes: list) -> None:
-        """Keep an incumbent's build for later re-measurement; drop builds no longer an incumbent."""
-        self._artifacts[rec["id"]] = (path, shapes)
-        live = {r["id"] for r in (self.best, *self.best_by_strategy.values()) if r is not None}
-        for rid in [r for r in self._artifacts if r not in live]:
-            old_path, _ = self._artifacts.pop(rid)
-            if old_path != path:
-                self.builder.discard(old_path)
-
-    def _measure_one(self, strategy, chosen_by, c, h, b, pred, feats, t_prop, run_result=None) -> dict:
-        w = self.workload
-        shapes = [tuple(int(x) for x in a.shape) for a in c.args_info]
-        run_secs, err_cls, err_msg, verified, noisy, reading = [], b.error_class, b.error_msg, False, False, None
-        confirm_secs = confirm_spread = None
-        if b.path is not None:
-            if run_result is not None:
-                r = run_result
-            else:
-                r, noisy = self.noise.time(b.path, shapes, trial=self.trials_done + 1)
-            run_secs, err_cls, err_msg, reading = r.run_secs, r.error_class, r.error_msg, r.reading
-        lat = float(np.median(run_secs)) if run_secs and err_cls is None else None
-        s_best = self.best_by_strategy.get(strategy)
-        if lat is not None and (s_best is None or lat * 1e3 < s_best["latency_ms"]):
-            # A would-be best is only reported once it computes the right answer.
-            kin = layouts.get(strategy).deploy_inputs(c.sch, w, self.inputs)
-            out, vcls, vmsg = self.runner.compute(b.path, kin, shapes[-1])
-            if out is None:
-                err_cls, err_msg = vcls, vmsg
-            else:
-                verified, detail = measure.verify(out, self.reference)
-                if not verified:
-                    err_cls, err_msg = "wrong-result", detail
-            if verified and err_cls is None:
-                lat, confirm_secs, confirm_spread = self._confirm(strategy, b.path, shapes, lat)
-                s_best = self.best_by_strategy.get(strategy)
-        self.trials_done += 1
-        strategy_best = verified and err_cls is None and (s_best is None or lat * 1e3 < s_best["latency_ms"])
-        is_best = strategy_best and (self.best is None or lat * 1e3 < self.best["latency_ms"])
-        rec = {
-            "session_id": self.session_id, "workload": w.name, "trial": self.trials_done, "round": self.round,
-            "strategy": strategy, "chosen_by": chosen_by, "trace": space.trace_json(c.sch),
-            "decisions": space.decisions_json(c.sch.trace), "mod_hash": h, "predicted_score": pred,
-            "run_secs": run_secs, "latency_ms": None if lat is None else lat * 1e3,
-            "gflops": None if lat is None else w.flops / lat / 1e9, "error_class": err_cls, "error_msg": err_msg,
-            "verified": verified, "is_best": is_best, "seed": self.seed, "proposed_at": t_prop,
-            "measured_at": time.time(), "elapsed_s": self._elapsed(), "noisy": noisy, "noise": reading,
-            "cv": noise.cv(run_secs) if err_cls is None else None, "confirm_secs": confirm_secs,
-            "confirm_spread": confirm_spread,
-        }
-        rec["id"] = self.store.add_record(rec, feats)  # durable before anyone hears of it
-        self._measured_hashes.add(h)
-        self.model.add(feats, lat if err_cls is None else None, w.name)
-        public = {k: v for k, v in rec.items() if k != "trace"}
-        if strategy_best:
-            self.best_by_strategy[strategy] = rec
-        if is_best:
-            self.best = rec
-        if strategy_best and run_result is None:
-            self._keep_artifact(rec, b.path, shapes)
-        self._emit("candidate_measured", record=public, new_best=is_best, strategy_best=strategy_best)
-        if is_best:
-            self._emit("new_best", record_id=rec["id"], trial=rec["trial"], strategy=strategy,
-                       latency_ms=rec["latency_ms"], gflops=rec["gflops"], verified=True)
-        return rec
+@contextlib.contextmanager
+def _timed(phases: dict, name: str):
+    t = time.time()
+    try:
+        yield
+    finally:
+        phases[name] += time.time() - t
 
 
 def _check_fits_in_memory(w: Workload) -> None:

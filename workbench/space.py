@@ -121,7 +121,7 @@ def annotate(workload, sketch_index: int, seed: int, strategy: str = "no-rewrite
     sketch = ctx.generate_design_space()[sketch_index]
     sch = Schedule(workload.mod, seed=seed)
     Trace(sketch.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-    return sch if _postprocess(sch, ctx) else None
+    return sch if postprocess(sch, ctx) else None
 
 
 def mutate(workload, sch, seed: int, strategy: str = "no-rewrite", target=None, kind: str = "MutateTileSize"):
@@ -139,10 +139,11 @@ def mutate(workload, sch, seed: int, strategy: str = "no-rewrite", target=None, 
         return None
     out = Schedule(workload.mod, seed=seed)
     new_trace.apply_to_schedule(out, remove_postproc=True)
-    return out if _postprocess(out, ctx) else None
+    return out if postprocess(out, ctx) else None
 
 
-def _postprocess(sch, ctx) -> bool:
+def postprocess(sch, ctx) -> bool:
+    """Apply the context's postprocessors to ``sch`` in place; False when one rejects it."""
     sch.enter_postproc()
     return all(p.apply(sch) for p in ctx.space_generator.postprocs)
 

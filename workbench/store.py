@@ -358,12 +358,12 @@ class RecordStore:
         return d
 
     def training_rows(self, workload: str):
-        """(strategy, features, latency_s or None, mod_hash) of every record of a workload, for the cost model."""
+        """(strategy, features, latency_ms or None, mod_hash) of every record of a workload, for the cost model."""
         out = []
         for r in self.conn.execute(
                 "SELECT strategy, features, feature_rows, latency_ms, error_class, mod_hash FROM records"
                 " WHERE workload=? ORDER BY id", (workload,)):
-            lat = r["latency_ms"] / 1e3 if r["latency_ms"] is not None and not r["error_class"] else None
+            lat = r["latency_ms"] if r["latency_ms"] is not None and not r["error_class"] else None
             out.append((r["strategy"], _features(r["features"], r["feature_rows"]), lat, r["mod_hash"]))
         return out
 

@@ -182,20 +182,20 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
                 for i, ((s, sch, rep), b) in enumerate(zip(cands, builds), 1):
                     shapes = [tuple(int(x) for x in a.shape)
                               for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
-                    err, msg, lat, ok = b.error_class, b.error_msg, None, False
+                    err, msg, lat, ok, run_secs = b.error_class, b.error_msg, None, False, []
                     if b.path:
                         r = runner.run(b.path, shapes)
-                        err, msg, lat = r.error_class, r.error_msg, r.latency_s
-                    if lat is not None and (best is None or lat * 1e3 < best[0]):
+                        err, msg, lat, run_secs = r.error_class, r.error_msg, r.latency_ms, list(r.run_secs)
+                    if lat is not None and (best is None or lat < best[0]):
                         kin = layouts.get(s.strategy).deploy_inputs(sch, w, inputs)
                         got, verr, vmsg = runner.compute(b.path, kin, shapes[-1])
                         ok, detail = (False, vmsg) if got is None else measure.verify(got, reference)
                         if ok:
-                            best = (lat * 1e3, s, rep)
+                            best = (lat, s, rep)
                         else:
                             err, msg = verr or "wrong-result", detail
                     row = {"source": s.workload.name, "strategy": s.strategy, "repaired": rep,
-                           "latency_ms": None if lat is None else lat * 1e3, "error_class": err}
+                           "latency_ms": lat, "error_class": err}
                     notes.append(row)
                     if out_store is not None:
                         out_store.add_record({
@@ -203,9 +203,9 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
                             "chosen_by": "transfer", "trace": space.trace_json(sch),
                             "decisions": space.decisions_json(sch.trace),
                             "mod_hash": program_hash(sch.mod),
-                            "predicted_score": None, "run_secs": [] if lat is None else [lat],
-                            "latency_ms": None if lat is None or err else lat * 1e3,
-                            "gflops": None if lat is None or err else w.flops / lat / 1e9, "error_class": err,
+                            "predicted_score": None, "run_secs": run_secs,
+                            "latency_ms": None if lat is None or err else lat,
+                            "gflops": None if lat is None or err else w.flops / lat / 1e6, "error_class": err,
                             "error_msg": msg, "verified": ok, "is_best": False, "seed": 0, "proposed_at": t0,
                             "measured_at": time.time(), "elapsed_s": time.time() - t0}, None)
                     if on_candidate:
