@@ -67,6 +67,7 @@ VARIANTS = {
     "adaptive": {},
     "adaptive-ucb-gain": {"controller_policy": "ucb-gain"},
     "adaptive-projected": {"controller_policy": "projected-best"},
+    "adaptive-halving": {"controller_policy": "halving"},
     "adaptive-no-onehot": {"strategy_onehot": False},
     "adaptive-lam0": {"controller_lam": 0.0},
     "adaptive-uniform": {"controller_policy": "uniform"},
@@ -459,7 +460,7 @@ def _write_md(out_dir):
     L = ["# AL-Ansor reproduction: adaptive weight-layout strategy vs fixed strategies", "",
          "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
          "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
-         "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
+         "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
          "`adaptive-uniform`: ablations of the design, see workbench/controller.py). Latencies are deployment "
          "latencies: transform-stage includes its weight copy on every call. The paper's abstract reports "
          f"{' / '.join(str(v) for v in PAPER.values())} % over its three fixed strategies (which number belongs to which "

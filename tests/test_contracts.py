@@ -374,6 +374,73 @@ def test_layout_strategy_deploy_inputs_are_what_its_kernel_computes_the_referenc
         builder.discard(b.path)
 
 
+# ---------------------------------------------------------------- SessionView (what widgets/ may use)
+
+DEMO_DB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "data",
+                       "demo_session.db")
+
+
+def _tuning_session(tmp_path):
+    from workbench import TuningSession
+
+    return TuningSession(SMALL["matmul"], trials=4, trials_per_round=4, strategy="auto", db=str(tmp_path / "v.db"),
+                         population=16, generations=1, init_min_unmeasured=4, noise="off", confirm_rounds=0)
+
+
+def _replay_session(tmp_path):
+    from workbench.replay import ReplaySession
+
+    return ReplaySession(DEMO_DB, speed=1000.0, max_gap=0.01)
+
+
+SESSION_VIEWS = {"tuning": _tuning_session, "replay": _replay_session}
+
+
+@pytest.mark.parametrize("name", list(SESSION_VIEWS))
+def test_session_view_conforms_and_runs_its_course(name, tmp_path):
+    from workbench.events import Event, EventKind
+    from workbench.workloads import workload_from_spec as from_spec
+    from workbench.store import RecordStore
+
+    s = SESSION_VIEWS[name](tmp_path)
+    assert isinstance(s, interfaces.SessionView)
+    assert s.status == "created" and not s.paused and s.replay == (name == "replay")
+    assert s.controller is None or isinstance(s.controller, interfaces.Steering)
+    from_spec(s.workload_spec)  # the workload as data
+    got = []
+    unsubscribe = s.subscribe(got.append)
+    assert s.measurement_gate.begin_draw()  # nothing is timed yet: a view may draw
+    s.measurement_gate.end_draw()
+    s.start()
+    assert s.wait(300) and s.status == "finished"
+    assert got and all(isinstance(e, Event) for e in got) and got[-1].kind == EventKind.FINISHED
+    stored = RecordStore(s.db_path, readonly=True).events(s.session_id)
+    assert len(stored) >= len([e for e in got if e.id])
+    unsubscribe()
+
+
+@pytest.mark.parametrize("name", list(SESSION_VIEWS))
+def test_session_view_pause_and_stop_take_effect(name, tmp_path):
+    s = SESSION_VIEWS[name](tmp_path)
+    if s.controller is not None:
+        s.controller.pick(s.controller.strategies[-1])
+        assert s.controller.mode == "manual"
+        with pytest.raises(WorkbenchError):
+            s.controller.pick("no-such-strategy")
+        s.controller.auto()
+    s.start()
+    deadline = time.time() + 120
+    while s.status == "created" and time.time() < deadline:
+        time.sleep(0.02)
+    s.pause()
+    assert s.paused
+    time.sleep(0.3)
+    s.resume_running()
+    assert not s.paused
+    s.stop()
+    assert s.wait(300) and s.status in ("stopped", "finished")
+
+
 # ---------------------------------------------------------------- TVM internals (workbench/tvm_private.py)
 
 

@@ -202,3 +202,39 @@ def test_projected_best_compares_arms_at_equal_trials():
     behind = StrategyController(["a", "b"], "auto", "projected-best")
     _feed(behind, [("a", 1.0), ("b", 2.0), ("a", 0.9), ("a", 0.85)])
     assert behind.choose().strategy == "a"
+
+
+def _play(c, latency, rounds, n=8):
+    """Let the controller choose ``rounds`` rounds of ``n`` trials; ``latency(strategy, k)`` is the best of the
+    strategy's k-th round (1-based). Returns the strategies chosen, in order."""
+    out, seen = [], {}
+    for _ in range(rounds):
+        d = c.choose()
+        if d is None:
+            break
+        seen[d.strategy] = seen.get(d.strategy, 0) + 1
+        c.observe(d.strategy, latency(d.strategy, seen[d.strategy]), None, n)
+        out.append(d.strategy)
+    return out
+
+
+def test_halving_gives_equal_shares_then_prunes_the_worse_half_at_equal_trials():
+    c = StrategyController(S, "auto", "halving", stage_trials=16)
+    lat = {"no-rewrite": 1.0, "transform-stage": 2.0, "pre-transformed": 1.5}
+    picks = _play(c, lambda s, k: lat[s], 16)  # 128 trials
+    # stage 0: 16 trials each (48), transform-stage pruned; stage 1: the two left to 32 each (80);
+    # pre-transformed pruned; the rest to no-rewrite
+    assert [picks[:6].count(s) for s in S] == [2, 2, 2]
+    assert picks[6:10].count("pre-transformed") == 2 and picks[6:10].count("no-rewrite") == 2
+    assert set(picks[10:]) == {"no-rewrite"}
+    assert c.arms["transform-stage"].pruned and c.arms["pre-transformed"].pruned
+    assert [c.arms[s].trials for s in S] == [80, 16, 32]
+
+
+def test_halving_keeps_a_slow_starter_that_is_better_at_equal_trials():
+    # a's first round is poor, its second the best of all; b is steady; compared after 16 trials each, b goes
+    c = StrategyController(["a", "b"], "auto", "halving", stage_trials=16)
+    picks = _play(c, lambda s, k: (3.0 if k == 1 else 0.5) if s == "a" else 1.0, 6)
+    assert c.arms["b"].pruned and not c.arms["a"].pruned and picks[4:] == ["a", "a"]
+    with pytest.raises(WorkbenchError):
+        make_policy("halving", stage_trials=0)

@@ -79,7 +79,7 @@ class ControlsView:
         running = session is not None and not model.terminal and (
             model.n_events > 0 or session.status in ("running", "paused"))
         paused = bool(session is not None and session.paused)
-        ctrl = getattr(session, "controller", None)
+        ctrl = session.controller if session is not None else None
         with self.widget.hold_sync():
             ended_for_good = model.terminal and getattr(self.actions, "session_factory", None) is None
             self.start.disabled = running or ended_for_good
@@ -121,7 +121,7 @@ class ControlsView:
         parts = [f"<b style='color:{colors.get(status, '#333')}'>{html.escape(shown)}</b>"]
         if model.workload:
             parts.append(html.escape(model.workload))
-        if getattr(session, "replay", False):
+        if session is not None and session.replay:
             parts.append("replay")
         if best:
             parts.append(f"best {fmt(best['gflops'], '.1f')} GFLOPS ({fmt(best['latency_ms'], '.4f')} ms, "

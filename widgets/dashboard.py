@@ -136,7 +136,7 @@ class Dashboard:
             self._workload = None
             self._request = None
             self._unsubscribe = session.subscribe(self.queue.put)
-            if not getattr(session, "replay", False) and session.status != "created":
+            if not session.replay and session.status != "created":
                 for e in self._store_of().events(session.session_id):
                     self.queue.put(Event(e["kind"], session.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
             self._ui_dirty.set()
@@ -149,19 +149,14 @@ class Dashboard:
         """A read-only store of the attached session: views read records without touching the engine's connection."""
         if self._store is None:
             s = self.session
-            path = getattr(s, "db_path", None) or s.store.path
-            self._store = RecordStore(path, readonly=True)
+            self._store = RecordStore(s.db_path, readonly=True)
         return self._store
 
     def _workload_of(self):
         if self._workload is None:
             spec = self.model.spec
             if spec is None and self.session is not None:
-                w = getattr(self.session, "workload", None)
-                if w is not None and hasattr(w, "spec"):
-                    self._workload = w
-                    return w
-                spec = getattr(self.session, "row", {}).get("spec")
+                spec = self.session.workload_spec
             if spec is None:
                 return None
             self._workload = workload_from_spec(spec)
@@ -211,13 +206,13 @@ class Dashboard:
             self._poke()
 
     def pick(self, strategy: str) -> None:
-        ctrl = getattr(self.session, "controller", None)
+        ctrl = self.session.controller if self.session is not None else None
         if ctrl is not None:
             ctrl.pick(strategy)
             self._poke()
 
     def auto(self) -> None:
-        ctrl = getattr(self.session, "controller", None)
+        ctrl = self.session.controller if self.session is not None else None
         if ctrl is not None:
             ctrl.auto()
             self._poke()
@@ -258,7 +253,7 @@ class Dashboard:
         and suspends its gate meanwhile, so those are drawn as usual.)
         """
         with self._lock:
-            gate = getattr(self.session, "measurement_gate", None)
+            gate = self.session.measurement_gate if self.session is not None else None
             began = gate is not None and gate.begin_draw()
             if gate is not None and not began:
                 self._pending.extend(self.queue.drain())

@@ -35,6 +35,9 @@ and an arm with at least ``prune_after`` rounds whose best is more than
 ``projected-best``: ``optimistic-best`` with the arms compared at equal trials (an arm's best projected
 to the most-tried arm's trial count along that arm's own learning curve; see ProjectedBestPolicy).
 
+``halving``: successive halving (see HalvingPolicy): every arm gets the same trials, the worse half is
+pruned at equal trials, the survivors get twice as many, until one is left.
+
 ``uniform``: every live arm equally likely each round, no pruning (the ablation
 "uniform arm mix": the shared model and cross-seeding without the choice).
 """
@@ -212,6 +215,44 @@ class UCBGainPolicy:
         return out
 
 
+class HalvingPolicy:
+    """Successive halving over the arms: every live arm is brought to the stage's trial quota
+    (``stage_trials * 2**stage``, counting its earlier trials), then the worse half is pruned, compared at
+    equal trials (each arm's best within its first ``quota`` trials), and the next stage begins; the last
+    arm gets the rest of the budget. No arm is judged before it has had its fair share, and the one that
+    starts slowly is compared with the others at the same trial count, not after they ran ahead."""
+
+    name = "halving"
+
+    def __init__(self, stage_trials: int = 16):
+        if stage_trials < 1:
+            raise WorkbenchError(f"stage_trials must be at least 1, got {stage_trials!r}")
+        self.stage_trials = int(stage_trials)
+        self.stage = 0
+
+    def quota(self) -> int:
+        return self.stage_trials * (2 ** self.stage)
+
+    def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
+        pass
+
+    def scores(self, arms, live) -> dict:
+        if len(live) == 1:
+            return {live[0]: 1.0}
+        q = self.quota()
+        # below the quota: the least-tried first; at it: wait for the others
+        return {s: (1.0 + (q - arms[s].trials) / q) if arms[s].trials < q else 0.0 for s in live}
+
+    def prune(self, arms, live) -> list:
+        q = self.quota()
+        if len(live) <= 1 or any(arms[s].trials < q for s in live):
+            return []
+        at_quota = {s: ProjectedBestPolicy._best_at(arms[s], q) for s in live}
+        ranked = sorted(live, key=lambda s: (at_quota[s], live.index(s)))
+        self.stage += 1
+        return ranked[len(live) - len(live) // 2:]
+
+
 class UniformPolicy:
     name = "uniform"
 
@@ -228,7 +269,8 @@ class UniformPolicy:
         return []
 
 
-POLICIES = {p.name: p for p in (OptimisticBestPolicy, ProjectedBestPolicy, UCBGainPolicy, UniformPolicy)}
+POLICIES = {p.name: p for p in (OptimisticBestPolicy, ProjectedBestPolicy, UCBGainPolicy, HalvingPolicy,
+                                UniformPolicy)}
 DEFAULT_POLICY = OptimisticBestPolicy.name
 
 

@@ -234,3 +234,65 @@ class LayoutStrategy(Protocol):
     def postprocs(self) -> list: ...
 
     def deploy_inputs(self, sch: Any, workload: Any, inputs: list[np.ndarray]) -> list[np.ndarray]: ...
+
+
+@runtime_checkable
+class Steering(Protocol):
+    """How a person steers a session's layout-strategy choice (``controller.StrategyController``).
+
+    ``pick(name)`` gives every following round to strategy ``name`` (mode becomes ``"manual"``;
+    an unknown name raises ``WorkbenchError``); ``auto()`` hands the choice back; ``mode`` is the
+    current mode (``"auto"``, ``"round-robin"``, ``"fixed"`` or ``"manual"``). Thread-safe: called
+    from the UI thread while the session tunes.
+    """
+
+    mode: str
+
+    def pick(self, name: str) -> None: ...
+
+    def auto(self) -> None: ...
+
+
+@runtime_checkable
+class SessionView(Protocol):
+    """What a view (``widgets/``) may use of a session: identity, store, events and the buttons.
+
+    ``session_id`` and ``db_path`` say where its records and events are (views open the store
+    read-only themselves); ``workload_spec`` is the workload as data; ``status`` is ``"created"``,
+    ``"running"``, ``"paused"``, ``"stopped"``, ``"finished"`` or ``"failed"``; ``paused`` is True
+    between ``pause()`` and ``resume_running()``; ``replay`` is True for a recorded session played
+    back. ``subscribe(fn)`` calls ``fn(event)`` (an ``events.Event``) on the session's thread for
+    every event from then on and returns a function that unsubscribes; events emitted before are in
+    the store. ``start()`` runs the session in a background thread; ``pause()``,
+    ``resume_running()`` and ``stop()`` take effect between candidates and never block;
+    ``wait(timeout)`` returns True once the session's thread has ended. ``controller`` is a
+    ``Steering``, or None where nobody can steer (a replay). ``measurement_gate``
+    (``noise.MeasurementGate``) is held while kernels are timed: a view calls ``begin_draw()`` /
+    ``end_draw()`` around a redraw and draws nothing while ``begin_draw()`` returns False.
+    """
+
+    session_id: int
+    db_path: str
+    status: str
+    replay: bool
+    controller: Steering | None
+    measurement_gate: Any
+
+    @property
+    def paused(self) -> bool: ...
+
+    @property
+    def workload_spec(self) -> dict: ...
+
+    def subscribe(self, fn: Callable) -> Callable: ...
+
+    def start(self) -> Any: ...
+
+    def pause(self) -> None: ...
+
+    def resume_running(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+

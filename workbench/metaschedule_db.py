@@ -6,8 +6,9 @@ Pre-transformed records keep RewriteLayout's (annotated) weight-copy block in
 their trace, as MetaSchedule's own records do: ``compile_tir`` then builds the
 program with the copy inside, and ``RemoveWeightLayoutRewriteBlock`` plus the
 trace's IndexMap give the kernel-only form.
-Import reads records for one workload back; their layout strategy is read off
-the trace, and they are marked unverified until re-measured here.
+Import reads records for one workload back; their layout strategy is the one whose
+postprocessors reproduce the trace's program (``strategy_of_trace``), and they are
+marked unverified until re-measured here.
 """
 
 from __future__ import annotations
@@ -48,14 +49,33 @@ def export_store(db: str, work_dir: str) -> dict:
     return {"records": n_rec, "workloads": len(wls)}
 
 
-def strategy_of_trace(trace) -> str:
-    kinds = [i.kind.name for i in trace.insts]
-    if "TransformLayout" not in kinds:
-        return "no-rewrite"
-    for inst in trace.insts:
-        if inst.kind.name == "Unannotate" and layouts.PREPROC in str(inst.attrs):
-            return "transform-stage"
-    return "pre-transformed"
+def strategy_of_trace(workload, trace, contexts: dict) -> str | None:
+    """The layout strategy whose postprocessors made ``trace``'s program: the trace's decisions replayed without
+    its postprocessing, then each registered strategy's postprocessors (``contexts``: strategy name -> a
+    TuneContext of it) applied, and the resulting trace compared with the given one, both after a round trip
+    through the JSON form MetaSchedule stores traces in (the round trip turns a layout rewrite's boolean
+    annotation into an integer and rewrites its index map, so only traces that took the same path compare
+    equal; their programs' structural hashes differ even then, so the traces are compared as text). Nothing here names a strategy, so a new one in
+    ``layouts.STRATEGIES`` is recognised on import too. None when no strategy reproduces the program (a record
+    made by other postprocessors); the first in registry order when several do (a workload without layout-free
+    weights, where they all make the same program)."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    def via_json(t) -> str:
+        sch = Schedule(workload.mod)
+        Trace.apply_json_to_schedule(t.as_json(remove_postproc=False), sch)
+        return str(sch.trace)
+
+    want = via_json(trace)
+    for name, ctx in contexts.items():
+        sch = Schedule(workload.mod)
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True)
+            if space.postprocess(sch, ctx) and via_json(sch.trace) == want:
+                return name
+        except Exception:  # noqa: BLE001 - this strategy's postprocessors reject the program: not its maker
+            continue
+    return None
 
 
 def import_dir(work_dir: str, db: str, workload) -> int:
@@ -85,15 +105,25 @@ def import_dir(work_dir: str, db: str, workload) -> int:
                                strategy_arg="imported", versions=tvm_env.library_versions())
     from tvm.s_tir.schedule import Schedule
 
+    from .presets import get as get_preset
+
+    target_obj = tvm_env.make_target(target_dict)
+    contexts = {name: space.tune_context(workload, target_obj, name, get_preset("quick"), seed=0, search=False)
+                for name in layouts.STRATEGIES}
     now = time.time()
     for i, rec in enumerate(records, 1):
         sch = Schedule(workload.mod)
         rec.trace.apply_to_schedule(sch, remove_postproc=False)
+        strategy = strategy_of_trace(workload, rec.trace, contexts)
+        if strategy is None:
+            raise WorkbenchError(f"record {i} of {work_dir!r} was not made by any of the workbench's layout strategies "
+                                 f"({', '.join(layouts.STRATEGIES)}): its program is not what their postprocessors "
+                                 "make of its decisions")
         secs = [float(x) for x in rec.run_secs] if rec.run_secs is not None else []
         lat = sorted(secs)[len(secs) // 2] if secs and min(secs) < 1e9 else None
         store.add_record({
             "session_id": sid, "workload": workload.name, "trial": i, "round": 0,
-            "strategy": strategy_of_trace(sch.trace), "chosen_by": "imported", "trace": space.trace_json(sch),
+            "strategy": strategy, "chosen_by": "imported", "trace": space.trace_json(sch),
             "decisions": space.decisions_json(sch.trace),
             "mod_hash": program_hash(sch.mod), "predicted_score": None,
             "run_secs": secs, "latency_ms": None if lat is None else lat * 1e3,

@@ -15,10 +15,13 @@ import time
 
 from .errors import WorkbenchError
 from .events import Event, EventBus, EventKind, Paused, Resumed, Stopped
+from .noise import MeasurementGate
 from .store import RecordStore
 
 
 class ReplaySession:
+    """A recorded session played back; an ``interfaces.SessionView``."""
+
     replay = True
     controller = None  # a replay cannot be steered
 
@@ -46,6 +49,12 @@ class ReplaySession:
         self._thread = None
         self._last_record_id = 0
         self.status = "created"
+        # Nothing is timed in a replay: the gate is never held, so views draw whenever they like.
+        self.measurement_gate = MeasurementGate()
+
+    @property
+    def workload_spec(self) -> dict:
+        return self.row["spec"]
 
     def subscribe(self, fn):
         return self._bus.subscribe(fn)

@@ -61,6 +61,10 @@ def _mode_for(strategy, names) -> str:
 
 
 class TuningSession(SessionLifecycle):
+    """One workload tuned round by round; an ``interfaces.SessionView`` for the widgets."""
+
+    replay = False
+
     def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
                  db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
                  runner=None, _resume: dict | None = None, model=None, **preset_overrides):
@@ -163,6 +167,10 @@ class TuningSession(SessionLifecycle):
     def cost_model(self):
         """The shared cost model (``PackSumXGB``: ``predict``, ``feature_importance``, ``n_samples``); None before start."""
         return self.model
+
+    @property
+    def workload_spec(self) -> dict:
+        return self.workload.spec()
 
     @property
     def best(self) -> dict | None:
