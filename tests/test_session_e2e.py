@@ -81,6 +81,9 @@ def test_improves_on_naive_and_reports_verified_best(tmp_path):
     assert summ["speedup_vs_naive"] > 5
     best = RecordStore(str(tmp_path / "r.db"), readonly=True).best("matmul-128")
     assert best["verified"] == 1 and best["latency_ms"] == pytest.approx(summ["best_latency_ms"])
+    # the stored best timed standalone (`workbench best DB WL --time`): fresh workers, the repeats asked for
+    t = TunedProgram.from_store(str(tmp_path / "r.db"), "matmul-128").time(threads=1, repeat=4, min_repeat_ms=5)
+    assert t["repeats"] == 4 and t["threads"] == 1 and t["timed_ms"] > 0 and t["spread"] is not None
 
 
 def test_same_seed_same_first_proposals(tmp_path):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import html
 import math
 
+from workbench.layouts import STRATEGY_INDEX
+
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-KNOWN = ["no-rewrite", "transform-stage", "pre-transformed", "packed"]  # stable colours across sessions
+KNOWN = list(STRATEGY_INDEX)  # the registry's order, stable across sessions: stable colours
 
 
 def color_of(strategy: str, strategies: list[str]) -> str:

@@ -45,7 +45,7 @@ class NoisePolicy:
     fractions up to ~0.08 that leave their latency unchanged when re-timed (accounting of the runner's own
     threads), and other processes below 0.15 cores; one busy process beside a timing gives 0.3-0.5 and ~1 core.
     The probe's own spread on a quiet machine is 1-4 %. On a virtual machine whose host varies (a 2-vCPU
-    Sapphire Rapids VM: single probe readings 0.35-0.65 ms, median 0.45, with nothing else running) the fastest
+    Intel Xeon VM: single probe readings 0.35-0.65 ms, median 0.45, with nothing else running) the fastest
     reading is an outlier no later reading reaches, so the session's baseline is a low percentile of its
     readings (``baseline_percentile``), each reading the median of ``probe_repeats`` windows.
     """

@@ -78,13 +78,15 @@ class TunedProgram:
         whether another process disturbed it (then the figure is not to be trusted: time again)."""
         from tvm.s_tir import meta_schedule as ms
 
-        from . import measure, noise
+        from . import measure, noise, presets
 
         threads = int(threads or self.target_dict.get("num-cores") or tvm_env.available_cores())
         mod = self.kernel_mod
         shapes = [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
-        builder = measure.Builder(self.target_dict, workers=1)
-        runner = measure.Runner(threads, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        timing = presets.get("quick", number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        target = dict(self.target_dict, **{"num-cores": threads})
+        builder = measure.make_builder(self.target_dict, timing, workers=1)
+        runner = measure.make_runner(None, target, timing)
         try:
             [b] = builder.build([mod])
             if b.path is None:
