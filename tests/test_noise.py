@@ -273,14 +273,20 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path, monk
         s.run()
     finally:
         _stop(hogs)
-    states = [e.data["state"] for e in events if e.kind == "measurement_noise"]
-    assert states[:3] == ["noisy", "waiting", "quiet"] and "remeasured" in states, \
-        [(e.data["state"], noise.describe(e.data)) for e in events if e.kind == "measurement_noise"]
+    noise_events = [e.data for e in events if e.kind == "measurement_noise"]
+    states = [d["state"] for d in noise_events]
+    # A re-time after the wait carries the first and the new latency; it is "remeasured" when clean, "marked" when
+    # the machine was still not quiet enough (on a VM whose host drifts, the first timing after the hogs stop can
+    # see a 10 % run-queue wait): the session must have waited and re-timed either way.
+    retimes = [d for d in noise_events if "remeasured_ms" in d]
+    assert states[:3] == ["noisy", "waiting", "quiet"] and retimes, \
+        [(d["state"], noise.describe(d)) for d in noise_events]
     assert s.status == "finished" and s.trials_done == 8
-    rec = s.records()
-    # what the hog disturbed was waited for and re-timed, not recorded as is
-    retimed = [e.data["trial"] for e in events if e.kind == "measurement_noise" and e.data["state"] == "remeasured"]
-    assert not rec[rec["trial"].isin(retimed)]["noisy"].any(), rec[["trial", "noisy"]]
+    rec = s.records().set_index("trial")
+    # what the hog disturbed was waited for and re-timed, not recorded as is: clean when re-timed clean, else marked
+    for d in retimes:
+        assert bool(rec.loc[d["trial"], "noisy"]) == (d["state"] == "marked"), (d, rec[["noisy"]])
+    rec = rec.reset_index()
     # the best was re-measured interleaved: one sample per confirmation round, and its spread stored
     best = RecordStore(db, readonly=True).record(int(rec[rec["is_best"]]["id"].iloc[-1]))
     assert len(best["confirm_secs"]) == 2 and best["confirm_spread"] is not None
