@@ -11,7 +11,7 @@ os.environ.setdefault("WORKBENCH_NOISE", "mark")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from .shapes import SMALL
+from .shapes import SMALL  # noqa: E402 - after WORKBENCH_NOISE is set for every process the tests start
 
 
 @pytest.fixture

@@ -66,8 +66,9 @@ def test_ucb_gain_prunes_strategies_far_behind_but_never_the_last():
     c = StrategyController(S, "auto", "ucb-gain", prune_after=2, prune_ratio=1.3)
     for _ in range(2):
         c.observe("no-rewrite", 1.0e-3, 1e-3, 16)
-        c.observe("transform-stage", 2.0e-3, 1e-3, 16)
-        pruned = c.observe("pre-transformed", 1.1e-3, 1e-3, 16)
+        pruned = c.observe("transform-stage", 2.0e-3, 1e-3, 16)
+        c.observe("pre-transformed", 1.1e-3, 1e-3, 16)
+    assert pruned == ["transform-stage"]  # its own second round, 2x behind, prunes it
     assert c.arms["transform-stage"].pruned
     assert not c.arms["pre-transformed"].pruned and not c.arms["no-rewrite"].pruned
     assert "transform-stage" not in c.live()

@@ -5,7 +5,6 @@ The processes are started in their own sessions and killed as process groups:
 child that keeps the port if only the parent is killed.
 """
 
-import json
 import os
 import signal
 import socket

@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 log = logging.getLogger("workbench")
 

@@ -79,7 +79,6 @@ def strategy_of_trace(workload, trace, contexts: dict) -> str | None:
 
 
 def import_dir(work_dir: str, db: str, workload) -> int:
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     tvm_env.setup()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import math
 import os
 import time
 from dataclasses import dataclass

@@ -126,7 +126,6 @@ def annotate(workload, sketch_index: int, seed: int, strategy: str = "no-rewrite
 
 def mutate(workload, sch, seed: int, strategy: str = "no-rewrite", target=None, kind: str = "MutateTileSize"):
     """Apply one TVM mutator to a candidate's decisions; returns (new_schedule or None, mutator name)."""
-    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.schedule import Schedule
 
     from . import presets
