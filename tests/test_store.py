@@ -69,3 +69,23 @@ def test_rejects_foreign_and_corrupt_files(tmp_path):
     bad.write_bytes(data[:100] + b"\x00" * 50 + data[150:1000])
     with pytest.raises(WorkbenchError):
         RecordStore(str(bad)).sessions()
+
+
+def test_remove_store_takes_the_wal_with_it_so_a_new_store_of_that_name_starts_clean(tmp_path):
+    import os
+
+    from workbench.store import remove_store
+
+    path = str(tmp_path / "r.db")
+    held = RecordStore(path)  # kept open: its WAL and shared-memory files stay on disk
+    sid = _session(held)
+    held.add_event(sid, "paused", 0.0, 0.0, {"trials_done": 0})
+    assert os.path.exists(path + "-wal")
+    remove_store(path)
+    assert not any(os.path.exists(path + s) for s in ("", "-wal", "-shm"))
+    remove_store(path)  # nothing left to remove: not an error
+    fresh = RecordStore(path)
+    assert fresh.sessions() == [] and fresh.events(sid) == []
+    sid2 = _session(fresh)
+    fresh.add_event(sid2, "paused", 0.0, 0.0, {"trials_done": 0})
+    assert len(fresh.events(sid2)) == 1
