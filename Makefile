@@ -68,6 +68,7 @@ $(CHROMIUM):
 
 test: $(STAMP) chromium
 	$(BIN)/ruff check workbench widgets tests benchmarks
+	$(BIN)/ruff format --check workbench widgets tests benchmarks
 	$(BIN)/python -m pytest -q -ra --durations=15
 
 # Performance against MetaSchedule, vendor libraries and the machine's peak -> docs/results/performance.md.

@@ -20,8 +20,14 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def free_port() -> int:
@@ -35,8 +41,11 @@ def serve_notebooks(work: str, env: dict | None = None, start_timeout: float = 9
     """Yield ``(url, token)`` of a JupyterLab serving a copy of ``notebooks/`` under ``work``; ``env`` is added to
     the server's environment (its kernels inherit it)."""
     root = os.path.join(work, "lab")
-    shutil.copytree(os.path.join(ROOT, "notebooks"), root,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.db-wal", "*.db-shm"))
+    shutil.copytree(
+        os.path.join(ROOT, "notebooks"),
+        root,
+        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.db-wal", "*.db-shm"),
+    )
     tmp = os.path.join(work, "tmp")
     os.makedirs(tmp, exist_ok=True)
     # no "Jupyter news?" toast over the dashboard (and no network calls for it)
@@ -45,12 +54,27 @@ def serve_notebooks(work: str, env: dict | None = None, start_timeout: float = 9
     with open(os.path.join(settings, "notification.jupyterlab-settings"), "w") as f:
         f.write('{"fetchNews": "false", "checkForUpdates": false}')
     port, token = free_port(), secrets.token_hex(16)
-    full_env = dict(os.environ, TMPDIR=tmp, JUPYTER_CONFIG_DIR=os.path.join(work, "config"),
-                    JUPYTERLAB_WORKSPACES_DIR=os.path.join(work, "workspaces"),
-                    JUPYTERLAB_SETTINGS_DIR=os.path.join(work, "settings"), **(env or {}))
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-           "--ServerApp.port_retries=0"] + (["--allow-root"] if os.geteuid() == 0 else [])
+    full_env = dict(
+        os.environ,
+        TMPDIR=tmp,
+        JUPYTER_CONFIG_DIR=os.path.join(work, "config"),
+        JUPYTERLAB_WORKSPACES_DIR=os.path.join(work, "workspaces"),
+        JUPYTERLAB_SETTINGS_DIR=os.path.join(work, "settings"),
+        **(env or {}),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.expose_app_in_browser=True",
+        "--ServerApp.port_retries=0",
+    ] + (["--allow-root"] if os.geteuid() == 0 else [])
     log_path = os.path.join(work, "jupyter.log")
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -27,13 +27,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CHANGE = ("The change (`workbench/cost_model.py`, `Featurizer(reuse=...)`, preset field `feature_reuse`): a program's per-store features are computed once "
-          "per session and looked up by structural hash afterwards (the evolutionary search re-scores the survivors "
-          "of every generation and the measured elites of every round, and the session featurized the batch the "
-          "search had just scored), and the search extracts no features while the model is untrained (its scores "
-          "are then random). Given the same data the scores are unchanged (tested); the two sessions still diverge "
-          "after their first round, because measured latencies, the model's training labels, differ from run to "
-          "run, so their best kernels differ by chance. 'before' is the same session with the switch off.")
+CHANGE = (
+    "The change (`workbench/cost_model.py`, `Featurizer(reuse=...)`, preset field `feature_reuse`): a program's per-store features are computed once "
+    "per session and looked up by structural hash afterwards (the evolutionary search re-scores the survivors "
+    "of every generation and the measured elites of every round, and the session featurized the batch the "
+    "search had just scored), and the search extracts no features while the model is untrained (its scores "
+    "are then random). Given the same data the scores are unchanged (tested); the two sessions still diverge "
+    "after their first round, because measured latencies, the model's training labels, differ from run to "
+    "run, so their best kernels differ by chance. 'before' is the same session with the switch off."
+)
 
 PHASES = ("search", "features", "predict", "train", "build", "run", "verify", "store")
 
@@ -73,14 +75,16 @@ class PhaseTimer:
 
         from workbench import cost_model, measure, store
 
-        targets = [(ms.TuneContext, "generate_measure_candidates", "search"),
-                   (cost_model.Featurizer, "__call__", "features"),
-                   (cost_model.PackSumXGB, "predict", "predict"),
-                   (cost_model.PackSumXGB, "train", "train"),
-                   (measure.Builder, "build", "build"),
-                   (measure.Runner, "run", "run"),
-                   (measure.Runner, "compute", "verify"),
-                   (store.RecordStore, "add_record", "store")]
+        targets = [
+            (ms.TuneContext, "generate_measure_candidates", "search"),
+            (cost_model.Featurizer, "__call__", "features"),
+            (cost_model.PackSumXGB, "predict", "predict"),
+            (cost_model.PackSumXGB, "train", "train"),
+            (measure.Builder, "build", "build"),
+            (measure.Runner, "run", "run"),
+            (measure.Runner, "compute", "verify"),
+            (store.RecordStore, "add_record", "store"),
+        ]
         saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in targets]
         try:
             for cls, name, phase in targets:
@@ -91,8 +95,16 @@ class PhaseTimer:
                 setattr(cls, name, fn)
 
 
-def profile_session(workload: str, trials: int, target: dict, db: str, seed: int = 0,
-                    strategy: str = "pre-transformed", improved: bool = True, **preset_overrides) -> dict:
+def profile_session(
+    workload: str,
+    trials: int,
+    target: dict,
+    db: str,
+    seed: int = 0,
+    strategy: str = "pre-transformed",
+    improved: bool = True,
+    **preset_overrides,
+) -> dict:
     from workbench import TuningSession
 
     if os.path.exists(db):
@@ -100,16 +112,33 @@ def profile_session(workload: str, trials: int, target: dict, db: str, seed: int
     timer = PhaseTimer()
     with timer.patched():
         t0 = time.perf_counter()
-        s = TuningSession(workload, target=target, trials=trials, preset="quick", seed=seed, db=db,
-                          strategy=strategy, feature_reuse=improved, **preset_overrides)
+        s = TuningSession(
+            workload,
+            target=target,
+            trials=trials,
+            preset="quick",
+            seed=seed,
+            db=db,
+            strategy=strategy,
+            feature_reuse=improved,
+            **preset_overrides,
+        )
         summ = s.run()
         wall = time.perf_counter() - t0
     phases = {k: round(v, 3) for k, v in timer.totals.items()}
     phases["other"] = round(wall - sum(timer.totals.values()), 3)
-    return {"workload": workload, "trials": trials, "wall_seconds": round(wall, 2), "phases": phases,
-            "calls": timer.calls, "best_latency_ms": summ["best_latency_ms"], "errors": summ["errors"],
-            "preset_overrides": preset_overrides, "feature_reuse": improved,
-            "feature_cache": {"hits": s.featurizer.hits, "misses": s.featurizer.misses}}
+    return {
+        "workload": workload,
+        "trials": trials,
+        "wall_seconds": round(wall, 2),
+        "phases": phases,
+        "calls": timer.calls,
+        "best_latency_ms": summ["best_latency_ms"],
+        "errors": summ["errors"],
+        "preset_overrides": preset_overrides,
+        "feature_reuse": improved,
+        "feature_cache": {"hits": s.featurizer.hits, "misses": s.featurizer.misses},
+    }
 
 
 def main():

@@ -85,8 +85,9 @@ def _who(processes) -> str:
     return ", ".join(f"{p['name']} pid {p['pid']} {p['cores']:.2f} cores" for p in processes)
 
 
-def require_quiet(phase: str, force: bool, threshold=None, seconds: float = 2.0, wait_s: float = 0.0,
-                  started: bool = False) -> dict:
+def require_quiet(
+    phase: str, force: bool, threshold=None, seconds: float = 2.0, wait_s: float = 0.0, started: bool = False
+) -> dict:
     """Check that other processes leave the machine quiet before ``phase``.
 
     Measures ``noise.machine_load(seconds)``; while it is above ``threshold`` (cores; default
@@ -104,17 +105,29 @@ def require_quiet(phase: str, force: bool, threshold=None, seconds: float = 2.0,
         quiet = load["other_cores"] <= thr
         if quiet or time.monotonic() - t0 >= wait_s:
             break
-    reading = {"phase": phase, "quiet": quiet, "other_cores": load["other_cores"], "processes": load["processes"],
-               "time": time.strftime("%Y-%m-%d %H:%M:%S"), "waited_s": round(time.monotonic() - t0, 1)}
+    reading = {
+        "phase": phase,
+        "quiet": quiet,
+        "other_cores": load["other_cores"],
+        "processes": load["processes"],
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "waited_s": round(time.monotonic() - t0, 1),
+    }
     if quiet:
         return reading
-    line = (f"the machine is not quiet before {phase}: other processes use {load['other_cores']:.2f} cores "
-            f"({_who(load['processes'])})")
+    line = (
+        f"the machine is not quiet before {phase}: other processes use {load['other_cores']:.2f} cores "
+        f"({_who(load['processes'])})"
+    )
     if force:
         print(f"benchmark forced: {line}; the result is marked invalid", file=sys.stderr, flush=True)
         return reading
-    print(f"benchmark {'stopped' if started else 'refused'}: {line}; stop them or pass --force "
-          "(the result is then marked invalid)", file=sys.stderr, flush=True)
+    print(
+        f"benchmark {'stopped' if started else 'refused'}: {line}; stop them or pass --force "
+        "(the result is then marked invalid)",
+        file=sys.stderr,
+        flush=True,
+    )
     sys.exit(EXIT_NOT_QUIET)
 
 
@@ -135,6 +148,7 @@ def quiesce(seconds: float = 1.0, threshold=None, max_s: float = 5.0) -> dict:
 
 # ---------------------------------------------------------------- the calibration probe, in a fresh process
 
+
 def _probe_here(threads: int) -> dict:
     """Time the calibration probe in this process (which must have ``TVM_NUM_THREADS`` = ``threads``)."""
     import numpy as np
@@ -153,10 +167,15 @@ def _probe_here(threads: int) -> dict:
     f = rt.time_evaluator(name, dev, number=1, repeat=10, min_repeat_ms=30)
     with noise.TimingMeter(threads) as meter:
         ms = [float(x) * 1e3 for x in f(*args).results]
-    return {"median_ms": round(statistics.median(ms), 5), "spread": round(noise.spread(ms), 4),
-            "wait_fraction": meter.result["wait_fraction"], "other_cores": meter.result["other_cores"],
-            "threads": int(threads), "env": {k: os.environ.get(k) for k in THREAD_VARS},
-            "samples_ms": [round(x, 5) for x in ms]}
+    return {
+        "median_ms": round(statistics.median(ms), 5),
+        "spread": round(noise.spread(ms), 4),
+        "wait_fraction": meter.result["wait_fraction"],
+        "other_cores": meter.result["other_cores"],
+        "threads": int(threads),
+        "env": {k: os.environ.get(k) for k in THREAD_VARS},
+        "samples_ms": [round(x, 5) for x in ms],
+    }
 
 
 def probe_reading(threads: int, timeout: float = 300.0) -> dict:
@@ -166,8 +185,14 @@ def probe_reading(threads: int, timeout: float = 300.0) -> dict:
     ``env``: the thread variables the probe process saw).
     Raises ``RuntimeError`` when the probe process fails.
     """
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe", str(int(threads))],
-                       capture_output=True, text=True, cwd=ROOT, env=thread_env(threads), timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--probe", str(int(threads))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=thread_env(threads),
+        timeout=timeout,
+    )
     if p.returncode != 0:
         raise RuntimeError(f"calibration probe failed (rc {p.returncode}): {p.stderr.strip()[-1000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -212,11 +237,14 @@ def check_peak(peak_gflops, best_gflops, what: str | None = None) -> str | None:
     if peak_gflops is None or best_gflops is None or peak_gflops >= best_gflops:
         return None
     by = f" ({what})" if what else ""
-    return (f"the peak microbenchmark measured {peak_gflops:.1f} GFLOPS, below the {best_gflops:.1f} GFLOPS a kernel "
-            f"achieved{by}: a peak below an achieved figure is a bug, not a result")
+    return (
+        f"the peak microbenchmark measured {peak_gflops:.1f} GFLOPS, below the {best_gflops:.1f} GFLOPS a kernel "
+        f"achieved{by}: a peak below an achieved figure is a bug, not a result"
+    )
 
 
 # ---------------------------------------------------------------- one benchmark run
+
 
 def git_state() -> dict:
     def git(*a):
@@ -240,8 +268,17 @@ class Protocol:
     run (the start check refuses at once). ``threshold``/``seconds``: see ``require_quiet``.
     """
 
-    def __init__(self, name: str, threads: int, force: bool = False, threshold=None, seconds: float = 2.0,
-                 wait_s: float = 30.0, host_wait_s: float = 300.0, reference: str | None = REFERENCE):
+    def __init__(
+        self,
+        name: str,
+        threads: int,
+        force: bool = False,
+        threshold=None,
+        seconds: float = 2.0,
+        wait_s: float = 30.0,
+        host_wait_s: float = 300.0,
+        reference: str | None = REFERENCE,
+    ):
         self.host_wait_s = host_wait_s
         self.reference = reference
         self.best_probe_ms = _reference_ms(reference, threads)
@@ -263,8 +300,9 @@ class Protocol:
         (the probe within ``max_probe_drift`` of the fastest reading on this machine). Exits with status 3
         when either fails (after a bounded wait between phases), unless forced."""
         first = not self.checks
-        r = require_quiet(name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s,
-                          started=not first)
+        r = require_quiet(
+            name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s, started=not first
+        )
         r.update(self._host_check(name, started=not first))
         r["quiet"] = r["quiet"] and r["host_ok"]
         self.checks.append(r)
@@ -285,19 +323,30 @@ class Protocol:
             if drift <= limit or time.monotonic() - t0 >= self.host_wait_s:
                 break
             time.sleep(10)
-        out = {"host_ok": drift <= limit, "probe_ms": ms, "probe_best_ms": best, "probe_drift": round(drift, 4),
-               "host_waited_s": round(time.monotonic() - t0, 1)}
+        out = {
+            "host_ok": drift <= limit,
+            "probe_ms": ms,
+            "probe_best_ms": best,
+            "probe_drift": round(drift, 4),
+            "host_waited_s": round(time.monotonic() - t0, 1),
+        }
         _save_reference(self.reference, self.threads, best)
         if out["host_ok"]:
             return out
-        line = (f"the host is slower than at its best before {phase}: the calibration probe takes {ms:.3f} ms, "
-                f"{drift:+.0%} from {best:.3f} ms, for {out['host_waited_s']:.0f} s, with no local process busy "
-                "(another VM on the same cores?)")
+        line = (
+            f"the host is slower than at its best before {phase}: the calibration probe takes {ms:.3f} ms, "
+            f"{drift:+.0%} from {best:.3f} ms, for {out['host_waited_s']:.0f} s, with no local process busy "
+            "(another VM on the same cores?)"
+        )
         if self.force:
             print(f"benchmark forced: {line}; the result is marked invalid", file=sys.stderr, flush=True)
             return out
-        print(f"benchmark {'stopped' if started else 'refused'}: {line}; try again later or pass --force (the "
-              "result is then marked invalid)", file=sys.stderr, flush=True)
+        print(
+            f"benchmark {'stopped' if started else 'refused'}: {line}; try again later or pass --force (the "
+            "result is then marked invalid)",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(EXIT_NOT_QUIET)
 
     def _probe_once(self) -> dict:
@@ -334,8 +383,11 @@ class Protocol:
         best, limit = self.best_probe_ms, noise.NoisePolicy().max_probe_drift
         if not best:
             return []
-        out = [{"phase": c["phase"], "probe_ms": c["probe_ms"], "drift": round(c["probe_ms"] / best - 1, 4)}
-               for c in self.checks if c.get("probe_ms") and c["probe_ms"] / best - 1 > limit and c["quiet"]]
+        out = [
+            {"phase": c["phase"], "probe_ms": c["probe_ms"], "drift": round(c["probe_ms"] / best - 1, 4)}
+            for c in self.checks
+            if c.get("probe_ms") and c["probe_ms"] / best - 1 > limit and c["quiet"]
+        ]
         for when, r in self.probes.items():
             ms = (r or {}).get("median_ms")
             if ms and ms / best - 1 > limit:
@@ -352,11 +404,22 @@ class Protocol:
         probe.setdefault("before", None)
         probe.setdefault("after", None)
         probe["drift"] = round(a / b - 1, 4) if a and b else None
-        return {"name": self.name, "valid": self.valid, "forced": self.force, "threshold_cores": self.threshold,
-                "probe_best_ms": self.best_probe_ms, "slow_in_hindsight": self.slow_in_hindsight(),
-                "checks": list(self.checks), "probe": probe, "threads": self.threads,
-                "thread_env": list(THREAD_VARS), "git": self.git, "command": self.command,
-                "started": self.started, "wall_s": round(time.monotonic() - self._t0, 1)}
+        return {
+            "name": self.name,
+            "valid": self.valid,
+            "forced": self.force,
+            "threshold_cores": self.threshold,
+            "probe_best_ms": self.best_probe_ms,
+            "slow_in_hindsight": self.slow_in_hindsight(),
+            "checks": list(self.checks),
+            "probe": probe,
+            "threads": self.threads,
+            "thread_env": list(THREAD_VARS),
+            "git": self.git,
+            "command": self.command,
+            "started": self.started,
+            "wall_s": round(time.monotonic() - self._t0, 1),
+        }
 
     def markdown(self) -> str:
         return summary_markdown(self.summary())
@@ -374,8 +437,10 @@ def _probe_txt(r) -> str:
 def summary_markdown(s: dict | None) -> str:
     """The protocol block for the top of a results page, from ``Protocol.summary()`` (as stored in the JSON)."""
     if not s:
-        return ("> **Benchmark protocol: not recorded.** These figures predate `benchmarks/_quiet.py` (no quiet "
-                "checks, no probe readings); treat them with caution.\n")
+        return (
+            "> **Benchmark protocol: not recorded.** These figures predate `benchmarks/_quiet.py` (no quiet "
+            "checks, no probe readings); treat them with caution.\n"
+        )
     g = s.get("git") or {}
     commit = (g.get("commit") or "unknown")[:12] + (" + uncommitted changes" if g.get("dirty") else "")
     checks = s.get("checks") or []
@@ -383,37 +448,57 @@ def summary_markdown(s: dict | None) -> str:
     slow = [c for c in checks if c.get("host_ok") is False]
     pol = noise.NoisePolicy()
     if s.get("valid"):
-        verdict = (f"quiet checks passed: {len(checks)}/{len(checks)} (other processes at most "
-                   f"{s.get('threshold_cores', pol.max_other_cores):.2f} cores before every phase"
-                   + (", and the calibration probe within "
-                      f"{100 * pol.max_probe_drift:.0f}% of its best on this machine)" if any(
-                          "host_ok" in c for c in checks) else ")"))
+        verdict = (
+            f"quiet checks passed: {len(checks)}/{len(checks)} (other processes at most "
+            f"{s.get('threshold_cores', pol.max_other_cores):.2f} cores before every phase"
+            + (
+                f", and the calibration probe within {100 * pol.max_probe_drift:.0f}% of its best on this machine)"
+                if any("host_ok" in c for c in checks)
+                else ")"
+            )
+        )
     elif not failed and s.get("slow_in_hindsight"):
         late = s["slow_in_hindsight"]
         worst = max(late, key=lambda c: c["drift"])
-        verdict = (f"**INVALID**: the host was slow for part of the run, seen in hindsight: the calibration probe "
-                   f"reached {s['probe_best_ms']:.3f} ms later in the run, so {len(late)} reading(s) that passed "
-                   f"against the best known then were more than {100 * pol.max_probe_drift:.0f}% slower (worst "
-                   f"{worst['probe_ms']:.3f} ms, {100 * worst['drift']:+.0f}%, at {worst['phase']})")
+        verdict = (
+            f"**INVALID**: the host was slow for part of the run, seen in hindsight: the calibration probe "
+            f"reached {s['probe_best_ms']:.3f} ms later in the run, so {len(late)} reading(s) that passed "
+            f"against the best known then were more than {100 * pol.max_probe_drift:.0f}% slower (worst "
+            f"{worst['probe_ms']:.3f} ms, {100 * worst['drift']:+.0f}%, at {worst['phase']})"
+        )
     else:
         worst = max(failed, key=lambda c: c["other_cores"]) if failed else None
-        verdict = (f"**INVALID**: {len(failed)} of {len(checks)} quiet checks failed and the run was forced "
-                   f"(`--force`)" + (f"; worst before {worst['phase']}: other processes used "
-                                     f"{worst['other_cores']:.2f} cores ({_who(worst['processes'])})" if worst else "")
-                   + (f"; the host was slow (probe {max(c['probe_drift'] for c in slow):+.0%} from its best) before "
-                      f"{len(slow)} phase(s)" if slow else ""))
+        verdict = (
+            f"**INVALID**: {len(failed)} of {len(checks)} quiet checks failed and the run was forced "
+            f"(`--force`)"
+            + (
+                f"; worst before {worst['phase']}: other processes used "
+                f"{worst['other_cores']:.2f} cores ({_who(worst['processes'])})"
+                if worst
+                else ""
+            )
+            + (
+                f"; the host was slow (probe {max(c['probe_drift'] for c in slow):+.0%} from its best) before "
+                f"{len(slow)} phase(s)"
+                if slow
+                else ""
+            )
+        )
     p = s.get("probe") or {}
     drift = p.get("drift")
     drift_txt = "" if drift is None else f", drift {100 * drift:+.1f}%"
     if drift is not None and abs(drift) > pol.max_probe_drift:
         drift_txt += " (**the machine changed during the run**)"
-    L = ["> **Benchmark protocol** (`benchmarks/_quiet.py`)", ">",
-         f"> - commit `{commit}`; command `{s.get('command')}`; {s.get('threads')} threads "
-         f"(`{'`, `'.join(s.get('thread_env') or THREAD_VARS)}`)",
-         f"> - {verdict}",
-         f"> - calibration probe (256³ matmul, fresh process): before {_probe_txt(p.get('before'))}; after "
-         f"{_probe_txt(p.get('after'))}{drift_txt}",
-         f"> - started {s.get('started')}, wall time {s.get('wall_s', 0) / 60:.1f} min"]
+    L = [
+        "> **Benchmark protocol** (`benchmarks/_quiet.py`)",
+        ">",
+        f"> - commit `{commit}`; command `{s.get('command')}`; {s.get('threads')} threads "
+        f"(`{'`, `'.join(s.get('thread_env') or THREAD_VARS)}`)",
+        f"> - {verdict}",
+        f"> - calibration probe (256³ matmul, fresh process): before {_probe_txt(p.get('before'))}; after "
+        f"{_probe_txt(p.get('after'))}{drift_txt}",
+        f"> - started {s.get('started')}, wall time {s.get('wall_s', 0) / 60:.1f} min",
+    ]
     return "\n".join(L) + "\n"
 
 

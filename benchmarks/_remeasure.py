@@ -80,8 +80,12 @@ def setup(msg):
         a, b = (x.reshape(x.shape[-2:]) for x in w.make_inputs(seed=7))
         c = np.empty((a.shape[0], b.shape[1]), np.float32)
         NUMPY[wname] = (a, b, c)
-        info["numpy:" + wname] = {"verified": bool(np.allclose(a @ b, w.numpy_reference([a[None], b[None]]).reshape(c.shape),
-                                                                rtol=1e-3, atol=1e-3)), "check": "vs reference"}
+        info["numpy:" + wname] = {
+            "verified": bool(
+                np.allclose(a @ b, w.numpy_reference([a[None], b[None]]).reshape(c.shape), rtol=1e-3, atol=1e-3)
+            ),
+            "check": "vs reference",
+        }
     return info
 
 

@@ -35,7 +35,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-MS_SCRIPT = textwrap.dedent('''
+MS_SCRIPT = textwrap.dedent("""
     import json, logging, sys, time
     t0 = time.time()
     import tvm
@@ -83,7 +83,7 @@ MS_SCRIPT = textwrap.dedent('''
                       "build_errors": errors["build"], "run_errors": errors["run"],
                       "best_latency_ms": None if best is None else best[0] * 1e3, "timeline": timeline,
                       "tuning_seconds": t2 - t1, "process_seconds": t2 - t0}))
-''')
+""")
 
 
 def _env(target: dict) -> dict:
@@ -100,18 +100,36 @@ def _last_json(p: subprocess.CompletedProcess, who: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run_ms(workload: str, target: dict, trials: int, per_round: int, fast: bool, build_timeout: float,
-           work_dir: str, seed: int = 0) -> dict:
+def run_ms(
+    workload: str,
+    target: dict,
+    trials: int,
+    per_round: int,
+    fast: bool,
+    build_timeout: float,
+    work_dir: str,
+    seed: int = 0,
+) -> dict:
     """MetaSchedule ``tune_tir`` in a fresh process; its JSON database stays in ``work_dir``, which starts empty:
     tune_tir resumes from a database it finds there, and a second benchmark run would otherwise hand
     MetaSchedule the first run's measurements as a warm start."""
     shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir, exist_ok=True)
     t = time.time()
-    cfg = {"workload": workload, "target": target, "trials": trials, "per_round": per_round, "fast": fast,
-           "build_timeout": build_timeout, "work_dir": work_dir, "seed": seed, "launched_at": t}
-    p = subprocess.run([sys.executable, "-c", MS_SCRIPT, json.dumps(cfg)], capture_output=True, text=True,
-                       env=_env(target), cwd=ROOT)
+    cfg = {
+        "workload": workload,
+        "target": target,
+        "trials": trials,
+        "per_round": per_round,
+        "fast": fast,
+        "build_timeout": build_timeout,
+        "work_dir": work_dir,
+        "seed": seed,
+        "launched_at": t,
+    }
+    p = subprocess.run(
+        [sys.executable, "-c", MS_SCRIPT, json.dumps(cfg)], capture_output=True, text=True, env=_env(target), cwd=ROOT
+    )
     out = _last_json(p, f"MetaSchedule on {workload}")
     out["wall_seconds"] = time.time() - t
     out["best_trace"] = os.path.join(work_dir, "best_trace.json") if out["best_latency_ms"] is not None else None
@@ -128,20 +146,61 @@ def workbench_timeline(db: str, launched_at: float) -> list:
     return [[m - launched_at, lat if err is None else None] for m, lat, err in rows]
 
 
-def run_workbench(workload: str, target: dict, trials: int, per_round: int, db: str, seed: int = 0,
-                  strategy: str = "pre-transformed", preset: str = "quick") -> dict:
+def run_workbench(
+    workload: str,
+    target: dict,
+    trials: int,
+    per_round: int,
+    db: str,
+    seed: int = 0,
+    strategy: str = "pre-transformed",
+    preset: str = "quick",
+) -> dict:
     """``workbench tune`` in a fresh process; its records store is ``db``, removed first with its WAL files."""
     from workbench.store import remove_store
 
     remove_store(db)
     t = time.time()
-    p = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", workload, "--trials", str(trials),
-                        "--target", json.dumps(target), "--db", db, "--strategy", strategy, "--preset", preset,
-                        "--seed", str(seed), "--trials-per-round", str(per_round), "--json", "--quiet"],
-                       capture_output=True, text=True, env=_env(target), cwd=ROOT)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "tune",
+            workload,
+            "--trials",
+            str(trials),
+            "--target",
+            json.dumps(target),
+            "--db",
+            db,
+            "--strategy",
+            strategy,
+            "--preset",
+            preset,
+            "--seed",
+            str(seed),
+            "--trials-per-round",
+            str(per_round),
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(target),
+        cwd=ROOT,
+    )
     wall = time.time() - t
     s = _last_json(p, f"workbench on {workload}")
-    return {"measured": s["trials"], "ok": s["trials"] - s["errors"], "failed": s["errors"],
-            "best_latency_ms": s["best_latency_ms"], "tuning_seconds": s["tuning_seconds"], "wall_seconds": wall,
-            "naive_latency_ms": s["naive_latency_ms"], "verified": s["verified"], "db": db,
-            "timeline": workbench_timeline(db, t)}
+    return {
+        "measured": s["trials"],
+        "ok": s["trials"] - s["errors"],
+        "failed": s["errors"],
+        "best_latency_ms": s["best_latency_ms"],
+        "tuning_seconds": s["tuning_seconds"],
+        "wall_seconds": wall,
+        "naive_latency_ms": s["naive_latency_ms"],
+        "verified": s["verified"],
+        "db": db,
+        "timeline": workbench_timeline(db, t),
+    }

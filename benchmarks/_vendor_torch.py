@@ -61,8 +61,12 @@ def setup(msg):
                 best = (t, fmt, fn)
         CONVS[s["name"]] = best[2]
         info[s["name"]] = best[1]
-    return {"formats": info, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "mkldnn": bool(torch.backends.mkldnn.is_available())}
+    return {
+        "formats": info,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "mkldnn": bool(torch.backends.mkldnn.is_available()),
+    }
 
 
 def time_(msg):

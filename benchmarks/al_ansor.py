@@ -54,12 +54,25 @@ sys.path.insert(0, HERE)
 
 import _quiet  # noqa: E402
 
-DESIGN_LAYERS = ["resnet18.conv1", "resnet18.conv2", "resnet18.conv5", "resnet18.conv8", "resnet18.conv11",
-                 "resnet18.conv7"]
+DESIGN_LAYERS = [
+    "resnet18.conv1",
+    "resnet18.conv2",
+    "resnet18.conv5",
+    "resnet18.conv8",
+    "resnet18.conv11",
+    "resnet18.conv7",
+]
 # Outside ResNet-18, both layouts, 1x1 / 3x3 / 5x5, strided or not (sample_workloads/al_ansor_eval.json and the
 # ResNet-50 / MobileNet-V2 files).
-EVAL_LAYERS = ["vgg16.conv5_1", "alexnet.conv3", "resnet50.conv16_nchw", "inception_v3.mixed5b_5x5",
-               "resnet50.conv13", "resnet50.conv6", "mobilenet_v2.pw96_576_14"]
+EVAL_LAYERS = [
+    "vgg16.conv5_1",
+    "alexnet.conv3",
+    "resnet50.conv16_nchw",
+    "inception_v3.mixed5b_5x5",
+    "resnet50.conv13",
+    "resnet50.conv6",
+    "mobilenet_v2.pw96_576_14",
+]
 SETS = {"design": DESIGN_LAYERS, "evaluation": EVAL_LAYERS}
 FIXED = ["no-rewrite", "transform-stage", "pre-transformed"]
 # Adaptive methods: preset overrides of the session. "adaptive" is the current default method.
@@ -81,8 +94,12 @@ def method_of(sess) -> str | None:
         return sess["strategy_arg"] if sess["strategy_arg"] in FIXED else None
     pp = sess["preset_params"]
     # sessions stored before the policy was a preset field ran the ucb-gain policy
-    got = {"controller_policy": pp.get("controller_policy", "ucb-gain"), "controller_c": pp.get("controller_c"),
-           "controller_lam": pp.get("controller_lam"), "strategy_onehot": pp.get("strategy_onehot", True)}
+    got = {
+        "controller_policy": pp.get("controller_policy", "ucb-gain"),
+        "controller_c": pp.get("controller_c"),
+        "controller_lam": pp.get("controller_lam"),
+        "strategy_onehot": pp.get("strategy_onehot", True),
+    }
     from workbench.presets import Preset
 
     default = {k: getattr(Preset, k) for k in got}
@@ -100,8 +117,16 @@ def tune(layer, method, trials, seed, db, arms, per_round, target, resume_id=Non
         s = TuningSession.resume(db, session_id=resume_id, trials=trials)
     else:
         strategy = "auto:" + ",".join(arms) if method in VARIANTS else method
-        s = TuningSession(layer, trials=trials, seed=seed, db=db, strategy=strategy, trials_per_round=per_round,
-                          target=target, **VARIANTS.get(method, {}))
+        s = TuningSession(
+            layer,
+            trials=trials,
+            seed=seed,
+            db=db,
+            strategy=strategy,
+            trials_per_round=per_round,
+            target=target,
+            **VARIANTS.get(method, {}),
+        )
     s.run()
     return s.session_id, time.time() - t
 
@@ -135,10 +160,16 @@ def collect(db):
             for k, v in (e["data"].get("phase_seconds") or {}).items():
                 phases[k] = phases.get(k, 0.0) + v
         runs[(sess["workload"], sess["seed"], m)] = {
-            "target": sess["target"], "session_id": sess["id"], "finished": finished, "trials": len(rec),
+            "target": sess["target"],
+            "session_id": sess["id"],
+            "finished": finished,
+            "trials": len(rec),
             "seconds": float(rec["elapsed_s"].max()) if len(rec) else 0.0,
-            "alloc": rec.groupby("strategy").size().to_dict(), "curve": _curve(rec),
-            "phase_seconds": {k: round(v, 1) for k, v in phases.items()}, "pruned": pruned}
+            "alloc": rec.groupby("strategy").size().to_dict(),
+            "curve": _curve(rec),
+            "phase_seconds": {k: round(v, 1) for k, v in phases.items()},
+            "pruned": pruned,
+        }
     return runs
 
 
@@ -180,8 +211,15 @@ def remeasure(entries, repeats, target):
                     r = runner.run(built[k], shapes[k])
                     if r.latency_ms:
                         times[k].append(r.latency_ms)
-        return {k: {"median_ms": float(np.median(v)) if v else None, "spread": noise.spread(v), "n": len(v),
-                    "samples_ms": [round(x, 5) for x in v]} for k, v in times.items()}
+        return {
+            k: {
+                "median_ms": float(np.median(v)) if v else None,
+                "spread": noise.spread(v),
+                "n": len(v),
+                "samples_ms": [round(x, 5) for x in v],
+            }
+            for k, v in times.items()
+        }
     finally:
         for p in built.values():
             builder.discard(p)
@@ -210,32 +248,52 @@ def interval(pcts):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=sorted(SETS), default="design",
-                    help="the layer set: design (where the method is developed) or evaluation (reported once per "
-                         "method version)")
+    ap.add_argument(
+        "--set",
+        choices=sorted(SETS),
+        default="design",
+        help="the layer set: design (where the method is developed) or evaluation (reported once per method version)",
+    )
     ap.add_argument("--layers", default=None, help="comma list of workload names (default: the set's layers)")
     ap.add_argument("--trials", type=int, default=128)
-    ap.add_argument("--trials-per-round", type=int, default=8,
-                    help="batch size for every method (small, so the adaptive controller gets rounds after warm-up)")
+    ap.add_argument(
+        "--trials-per-round",
+        type=int,
+        default=8,
+        help="batch size for every method (small, so the adaptive controller gets rounds after warm-up)",
+    )
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--methods", default=",".join(FIXED + ["adaptive"]),
-                    help=f"comma list of methods to tune and report: {', '.join(FIXED + list(VARIANTS))}")
+    ap.add_argument(
+        "--methods",
+        default=",".join(FIXED + ["adaptive"]),
+        help=f"comma list of methods to tune and report: {', '.join(FIXED + list(VARIANTS))}",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--with-packed", action="store_true", help="give the adaptive controller the packed arm too")
     ap.add_argument("--db", default=None, help="records store (default benchmarks/out/al_ansor-<set>.db)")
-    ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
-                    help="cores for tuning and timing (TVM_NUM_THREADS, OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, the "
-                         "target's num-cores; default: all available, %(default)s)")
-    ap.add_argument("--force", action="store_true",
-                    help="run even when the machine is not quiet; the result is then marked invalid")
-    ap.add_argument("--resume", action="store_true",
-                    help="keep --db and its finished sessions; extend shorter ones to --trials; tune the rest")
-    ap.add_argument("--rerun", default=None,
-                    help="with --resume: tune these methods again from scratch (comma list)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=_quiet.available_cores(),
+        help="cores for tuning and timing (TVM_NUM_THREADS, OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, the "
+        "target's num-cores; default: all available, %(default)s)",
+    )
+    ap.add_argument(
+        "--force", action="store_true", help="run even when the machine is not quiet; the result is then marked invalid"
+    )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep --db and its finished sessions; extend shorter ones to --trials; tune the rest",
+    )
+    ap.add_argument("--rerun", default=None, help="with --resume: tune these methods again from scratch (comma list)")
     ap.add_argument("--results", default=RESULTS, help="where the pages go (default docs/results)")
     ap.add_argument("--report-only", action="store_true", help="no tuning: re-measure and report what --db holds")
-    ap.add_argument("--markdown-only", action="store_true",
-                    help="no tuning, no timing: rewrite al_ansor.md from the JSON files (e.g. after editing the analysis)")
+    ap.add_argument(
+        "--markdown-only",
+        action="store_true",
+        help="no tuning, no timing: rewrite al_ansor.md from the JSON files (e.g. after editing the analysis)",
+    )
     args = ap.parse_args()
     if args.markdown_only:
         _write_md(args.results)
@@ -274,14 +332,26 @@ def main():
                 for m in methods:
                     old = prev.get((layer, seed, m))
                     if old and old["finished"] and old["trials"] >= args.trials:
-                        print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {db}",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {db}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         continue
                     protocol.phase(f"tuning {layer} seed {seed} {m}")
                     how = f"extended from {old['trials']} trials" if old else "new"
                     print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m} ({how})", file=sys.stderr, flush=True)
-                    tune(layer, m, args.trials, seed, db, arms, args.trials_per_round, target,
-                         resume_id=old["session_id"] if old else None)
+                    tune(
+                        layer,
+                        m,
+                        args.trials,
+                        seed,
+                        db,
+                        arms,
+                        args.trials_per_round,
+                        target,
+                        resume_id=old["session_id"] if old else None,
+                    )
     runs = {k: v for k, v in collect(db).items() if k[0] in layers and k[1] in seeds and k[2] in methods}
     store = RecordStore(db, readonly=True)
     # The best verified program of each run at each checkpoint; one timing per distinct program.
@@ -305,9 +375,16 @@ def main():
     protocol.finish()
 
     result = {
-        "set": args.set, "date": time.strftime("%Y-%m-%d %H:%M"), "trials": args.trials,
-        "trials_per_round": args.trials_per_round, "seeds": seeds, "layers": layers, "methods": methods,
-        "arms": arms, "repeats": args.repeats, "target": target,
+        "set": args.set,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "trials": args.trials,
+        "trials_per_round": args.trials_per_round,
+        "seeds": seeds,
+        "layers": layers,
+        "methods": methods,
+        "arms": arms,
+        "repeats": args.repeats,
+        "target": target,
         "checkpoints": checkpoints(args.trials),
         "latency_ms": {f"{l}|{s}|{m}|{k}": timed[key]["median_ms"] for (l, s, m, k), key in best_at.items()},
         "spread": {f"{l}|{s}|{m}|{k}": timed[key]["spread"] for (l, s, m, k), key in best_at.items()},
@@ -317,7 +394,8 @@ def main():
         "phase_seconds": {f"{l}|{s}|{m}": r["phase_seconds"] for (l, s, m), r in runs.items()},
         "pruned": {f"{l}|{s}|{m}": r["pruned"] for (l, s, m), r in runs.items() if r["pruned"]},
         "curves": {f"{l}|{s}|{m}": r["curve"] for (l, s, m), r in runs.items()},
-        "wall_seconds": round(time.time() - t0, 1), "command": "python " + " ".join(sys.argv),
+        "wall_seconds": round(time.time() - t0, 1),
+        "command": "python " + " ".join(sys.argv),
         "protocol": protocol.summary(),
     }
     result["analysis"] = analyse(result)
@@ -335,8 +413,10 @@ def analyse(res) -> dict:
     out = {}
     fixed = [f for f in FIXED if f in res["methods"]]
     for k in res["checkpoints"]:
+
         def L(l, s, m):
             return lat.get(f"{l}|{s}|{m}|{k}")
+
         oracle = {}
         for l in res["layers"]:
             g = {f: geomean([L(l, s, f) for s in res["seeds"]]) for f in fixed}
@@ -354,8 +434,11 @@ def analyse(res) -> dict:
                         a, b = L(l, s, m), (L(l, s, f) if f else None)
                         if a and b:
                             pcts.append(100 * (b / a - 1))
-                row[ref] = {**interval(pcts), "geomean_pct": 100 * (geomean([1 + p / 100 for p in pcts]) - 1)
-                            if pcts else None, "wins": int(sum(p > 0 for p in pcts))}
+                row[ref] = {
+                    **interval(pcts),
+                    "geomean_pct": 100 * (geomean([1 + p / 100 for p in pcts]) - 1) if pcts else None,
+                    "wins": int(sum(p > 0 for p in pcts)),
+                }
             ratios = []
             for l in res["layers"]:
                 for s in res["seeds"]:
@@ -380,8 +463,18 @@ def _write_curves_html(res, out_dir):
     for i, l in enumerate(layers, 1):
         for j, m in enumerate(res["methods"]):
             c = res["curves"].get(f"{l}|{res['seeds'][0]}|{m}", [])
-            fig.add_trace(go.Scatter(y=c, x=list(range(1, len(c) + 1)), name=m, legendgroup=m, showlegend=i == 1,
-                                     line={"color": palette[j % len(palette)]}), row=i, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    y=c,
+                    x=list(range(1, len(c) + 1)),
+                    name=m,
+                    legendgroup=m,
+                    showlegend=i == 1,
+                    line={"color": palette[j % len(palette)]},
+                ),
+                row=i,
+                col=1,
+            )
         fig.update_yaxes(title_text="best ms", type="log", row=i, col=1)
     fig.update_layout(height=300 * len(layers), title=f"Best-so-far latency per method (seed 0), {res['set']} layers")
     fig.write_html(os.path.join(out_dir, f"al_ansor_{res['set']}_curves.html"), include_plotlyjs="cdn")
@@ -399,20 +492,31 @@ def _pct(iv):
 
 
 def _set_md(res) -> list:
-    title = {"design": "Design layers (where the method is developed)",
-             "evaluation": "Evaluation layers (reported once per method version)"}[res["set"]]
+    title = {
+        "design": "Design layers (where the method is developed)",
+        "evaluation": "Evaluation layers (reported once per method version)",
+    }[res["set"]]
     seeds, k_last = res["seeds"], res["checkpoints"][-1]
-    L = [f"## {title}", "", _quiet.summary_markdown(res.get("protocol")),
-         f"Measured {res['date']} ({res['target']['mcpu']}, {res['target']['num-cores']} threads for tuning and "
-         f"timing). Layers: {', '.join(res['layers'])}. {res['trials']} trials per method, layer and seed; seeds "
-         f"{seeds}; preset `quick`, {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. "
-         f"Each run's best verified program at each checkpoint was rebuilt from its trace and re-measured "
-         f"{res['repeats']}x, all programs interleaved in shuffled order; the median is shown (geomean over seeds), "
-         "with the largest spread over seeds ((max - min) / median) in brackets. Produced by "
-         f"`{res['command']}` in {res['wall_seconds'] / 60:.0f} min.", ""]
+    L = [
+        f"## {title}",
+        "",
+        _quiet.summary_markdown(res.get("protocol")),
+        f"Measured {res['date']} ({res['target']['mcpu']}, {res['target']['num-cores']} threads for tuning and "
+        f"timing). Layers: {', '.join(res['layers'])}. {res['trials']} trials per method, layer and seed; seeds "
+        f"{seeds}; preset `quick`, {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. "
+        f"Each run's best verified program at each checkpoint was rebuilt from its trace and re-measured "
+        f"{res['repeats']}x, all programs interleaved in shuffled order; the median is shown (geomean over seeds), "
+        "with the largest spread over seeds ((max - min) / median) in brackets. Produced by "
+        f"`{res['command']}` in {res['wall_seconds'] / 60:.0f} min.",
+        "",
+    ]
     for k in res["checkpoints"]:
-        L += [f"### Latency per layer at {k} trials (ms, lower is better)", "",
-              "| layer | " + " | ".join(res["methods"]) + " |", "|---|" + "---|" * len(res["methods"])]
+        L += [
+            f"### Latency per layer at {k} trials (ms, lower is better)",
+            "",
+            "| layer | " + " | ".join(res["methods"]) + " |",
+            "|---|" + "---|" * len(res["methods"]),
+        ]
         for l in res["layers"]:
             cells = []
             for m in res["methods"]:
@@ -421,12 +525,16 @@ def _set_md(res) -> list:
                 sp = max([x for x in sp if x is not None], default=None)
                 cells.append(_fmt(v) + (f" ({100 * sp:.0f}%)" if sp is not None else ""))
             L.append(f"| {l} | " + " | ".join(cells) + " |")
-        L += ["", f"Improvement of each adaptive method at {k} trials: `lat_ref / lat_adaptive - 1` per (layer, seed) "
-              "pair, mean [95 % interval], geomean, pairs where adaptive is faster; best-fixed is the per-layer best "
-              "fixed strategy (an oracle that knows it in advance); wall time is the adaptive session's over the "
-              "mean of the fixed sessions' (geomean over pairs).", "",
-              "| method | vs no-rewrite | vs transform-stage | vs pre-transformed | vs best-fixed | wall time |",
-              "|---|---|---|---|---|---|"]
+        L += [
+            "",
+            f"Improvement of each adaptive method at {k} trials: `lat_ref / lat_adaptive - 1` per (layer, seed) "
+            "pair, mean [95 % interval], geomean, pairs where adaptive is faster; best-fixed is the per-layer best "
+            "fixed strategy (an oracle that knows it in advance); wall time is the adaptive session's over the "
+            "mean of the fixed sessions' (geomean over pairs).",
+            "",
+            "| method | vs no-rewrite | vs transform-stage | vs pre-transformed | vs best-fixed | wall time |",
+            "|---|---|---|---|---|---|",
+        ]
         for m in res["methods"]:
             row = res["analysis"].get(f"{m}@{k}")
             if not row:
@@ -434,13 +542,21 @@ def _set_md(res) -> list:
             cells = []
             for ref in FIXED + ["best-fixed"]:
                 iv = row.get(ref) or {}
-                cells.append(f"{_pct(iv)}; geo {_fmt(iv.get('geomean_pct'), 1)} %; {iv.get('wins', 0)}/{iv.get('n', 0)}"
-                             if iv.get("n") else "-")
+                cells.append(
+                    f"{_pct(iv)}; geo {_fmt(iv.get('geomean_pct'), 1)} %; {iv.get('wins', 0)}/{iv.get('n', 0)}"
+                    if iv.get("n")
+                    else "-"
+                )
             L.append(f"| {m} | " + " | ".join(cells) + f" | {_fmt(row.get('wall_time_vs_fixed'), 2)}x |")
         L.append("")
-    L += ["### Trials per arm and phase times (seed 0)", "",
-          "| layer | method | " + " | ".join(res["arms"]) + " | winner | seconds | search | build | measure | cross-seed | train |",
-          "|---|---|" + "---|" * (len(res["arms"]) + 7)]
+    L += [
+        "### Trials per arm and phase times (seed 0)",
+        "",
+        "| layer | method | "
+        + " | ".join(res["arms"])
+        + " | winner | seconds | search | build | measure | cross-seed | train |",
+        "|---|---|" + "---|" * (len(res["arms"]) + 7),
+    ]
     for l in res["layers"]:
         for m in res["methods"]:
             key = f"{l}|{seeds[0]}|{m}"
@@ -448,23 +564,34 @@ def _set_md(res) -> list:
                 continue
             a, ph = res["allocation"][key], res["phase_seconds"].get(key) or {}
             pr = (res.get("pruned") or {}).get(key, {})
-            L.append(f"| {l} | {m} | " + " | ".join(str(a.get(s, 0)) + (f" (pruned r{pr[s]})" if s in pr else "")
-                                                    for s in res["arms"]) +
-                     f" | {res['winner_strategy'].get(key + '|' + str(k_last))} | {_fmt(res['tuning_seconds'].get(key), 0)} | " +
-                     " | ".join(_fmt(ph.get(p), 0) for p in ("search", "build", "measure", "cross_seed", "train")) + " |")
-    L += ["", f"Interactive best-so-far curves: [al_ansor_{res['set']}_curves.html](al_ansor_{res['set']}_curves.html).", ""]
+            L.append(
+                f"| {l} | {m} | "
+                + " | ".join(str(a.get(s, 0)) + (f" (pruned r{pr[s]})" if s in pr else "") for s in res["arms"])
+                + f" | {res['winner_strategy'].get(key + '|' + str(k_last))} | {_fmt(res['tuning_seconds'].get(key), 0)} | "
+                + " | ".join(_fmt(ph.get(p), 0) for p in ("search", "build", "measure", "cross_seed", "train"))
+                + " |"
+            )
+    L += [
+        "",
+        f"Interactive best-so-far curves: [al_ansor_{res['set']}_curves.html](al_ansor_{res['set']}_curves.html).",
+        "",
+    ]
     return L
 
 
 def _write_md(out_dir):
-    L = ["# AL-Ansor reproduction: adaptive weight-layout strategy vs fixed strategies", "",
-         "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
-         "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
-         "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
-         "`adaptive-uniform`: ablations of the design, see workbench/controller.py). Latencies are deployment "
-         "latencies: transform-stage includes its weight copy on every call. The paper's abstract reports "
-         f"{' / '.join(str(v) for v in PAPER.values())} % over its three fixed strategies (which number belongs to which "
-         "strategy is not stated there).", ""]
+    L = [
+        "# AL-Ansor reproduction: adaptive weight-layout strategy vs fixed strategies",
+        "",
+        "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
+        "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
+        "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
+        "`adaptive-uniform`: ablations of the design, see workbench/controller.py). Latencies are deployment "
+        "latencies: transform-stage includes its weight copy on every call. The paper's abstract reports "
+        f"{' / '.join(str(v) for v in PAPER.values())} % over its three fixed strategies (which number belongs to which "
+        "strategy is not stated there).",
+        "",
+    ]
     found = False
     for name in ("design", "evaluation"):
         path = os.path.join(out_dir, f"al_ansor_{name}.json")

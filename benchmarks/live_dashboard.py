@@ -46,9 +46,26 @@ def log(msg):
 
 def run_headless(args, db: str) -> float:
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "workbench.cli", "tune", args.workload, "--trials", str(args.trials),
-                    "--seed", str(args.seed), "--db", db, "--quiet", "--json"], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "tune",
+            args.workload,
+            "--trials",
+            str(args.trials),
+            "--seed",
+            str(args.seed),
+            "--db",
+            db,
+            "--quiet",
+            "--json",
+        ],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
     return time.time() - t0
 
 
@@ -62,17 +79,21 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1400})
             page.goto(f"{url}/lab/tree/01_quickstart.ipynb?token={token}&reset")
-            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
-                                   " === 'idle'", timeout=120_000)
+            page.wait_for_function(
+                "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                " && window.jupyterapp.shell.currentWidget.sessionContext"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+                " === 'idle'",
+                timeout=120_000,
+            )
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             start = page.locator(".jp-OutputArea-output .widget-button", has_text="Start").first
             start.wait_for(state="visible", timeout=120_000)
-            dash = page.locator(".jp-OutputArea-output").filter(
-                has=page.locator(".widget-button", has_text="Start")).first
+            dash = (
+                page.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-button", has_text="Start")).first
+            )
             dash.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
             dash.scroll_into_view_if_needed()
             time.sleep(2.0)  # the notebook's other cells finish rendering before the session starts
@@ -105,15 +126,27 @@ def stats(db: str) -> dict:
     cv = ok["cv"].dropna().to_numpy()
     best = s.best(s.sessions()[-1]["workload"])
     summ = s.summary()
-    return {"trials": int(len(rec)), "errors": int(len(rec) - len(ok)), "cv_median": float(np.median(cv)),
-            "cv_p90": float(np.percentile(cv, 90)), "best_ms": best["latency_ms"],
-            "best_spread": best.get("confirm_spread"), "best_strategy": best["strategy"],
-            "noisy": summ["noisy"], "noise_events": summ["noise_events"]}
+    return {
+        "trials": int(len(rec)),
+        "errors": int(len(rec) - len(ok)),
+        "cv_median": float(np.median(cv)),
+        "cv_p90": float(np.percentile(cv, 90)),
+        "best_ms": best["latency_ms"],
+        "best_spread": best.get("confirm_spread"),
+        "best_strategy": best["strategy"],
+        "noisy": summ["noisy"],
+        "noise_events": summ["noise_events"],
+    }
 
 
 def retime(db: str, workload: str, threads: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", "best", db, workload, "--time", "--threads",
-                          str(threads), "--json"], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "best", db, workload, "--time", "--threads", str(threads), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     d = json.loads(out.stdout.strip().splitlines()[-1])
     return {k: d[k] for k in ("timed_ms", "spread", "noisy", "ratio")}
 
@@ -166,14 +199,23 @@ def main() -> int:
         for r in mode:
             r["retimed"] = retime(r["db"], args.workload, args.threads)
     proto.finish()
-    res = {"workload": args.workload, "trials": args.trials, "seed": args.seed, "threads": args.threads,
-           "pairs": args.pairs, "headless": _aggregate(runs["headless"]), "live": _aggregate(runs["live"])}
+    res = {
+        "workload": args.workload,
+        "trials": args.trials,
+        "seed": args.seed,
+        "threads": args.threads,
+        "pairs": args.pairs,
+        "headless": _aggregate(runs["headless"]),
+        "live": _aggregate(runs["live"]),
+    }
     h, lv = res["headless"], res["live"]
     res["cv_ratio"] = lv["cv_median"] / h["cv_median"] if h["cv_median"] else None
     res["best_ratio"] = lv["best_ms"] / h["best_ms"]
     res["retimed_best_ratio"] = lv["retimed_ms"] / h["retimed_ms"]
-    res["targets"] = {"cv_within_2x": bool(res["cv_ratio"] is not None and res["cv_ratio"] <= 2.0),
-                      "best_within_3pct": bool(abs(res["best_ratio"] - 1) <= 0.03)}
+    res["targets"] = {
+        "cv_within_2x": bool(res["cv_ratio"] is not None and res["cv_ratio"] <= 2.0),
+        "best_within_3pct": bool(abs(res["best_ratio"] - 1) <= 0.03),
+    }
     res["protocol"] = proto.summary()
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "live_dashboard.json"), "w") as f:
@@ -190,37 +232,58 @@ def markdown(res: dict, proto) -> str:
     def per(mode, key, f):
         return ", ".join(format(r[key], f) for r in mode["sessions"])
 
-    rows = [("trials (errors), all sessions", f"{h['trials']} ({h['errors']})", f"{lv['trials']} ({lv['errors']})"),
-            ("per-candidate CV of the timing repeats, median", f"{h['cv_median']:.4f} ({per(h, 'cv_median', '.4f')})",
-             f"{lv['cv_median']:.4f} ({per(lv, 'cv_median', '.4f')})"),
-            ("... p90", f"{h['cv_p90']:.4f} ({per(h, 'cv_p90', '.4f')})", f"{lv['cv_p90']:.4f} ({per(lv, 'cv_p90', '.4f')})"),
-            ("best latency found (ms, its re-measured median)", f"{h['best_ms']:.4f} ({per(h, 'best_ms', '.4f')})",
-             f"{lv['best_ms']:.4f} ({per(lv, 'best_ms', '.4f')})"),
-            ("that best re-timed standalone afterwards (ms)", f"{h['retimed_ms']:.4f}", f"{lv['retimed_ms']:.4f}"),
-            ("records marked noisy", per(h, "noisy", "d"), per(lv, "noisy", "d")),
-            ("measurement_noise events", per(h, "noise_events", "d"), per(lv, "noise_events", "d")),
-            ("session wall time (s)", per(h, "wall_s", ".1f"), per(lv, "wall_s", ".1f"))]
+    rows = [
+        ("trials (errors), all sessions", f"{h['trials']} ({h['errors']})", f"{lv['trials']} ({lv['errors']})"),
+        (
+            "per-candidate CV of the timing repeats, median",
+            f"{h['cv_median']:.4f} ({per(h, 'cv_median', '.4f')})",
+            f"{lv['cv_median']:.4f} ({per(lv, 'cv_median', '.4f')})",
+        ),
+        (
+            "... p90",
+            f"{h['cv_p90']:.4f} ({per(h, 'cv_p90', '.4f')})",
+            f"{lv['cv_p90']:.4f} ({per(lv, 'cv_p90', '.4f')})",
+        ),
+        (
+            "best latency found (ms, its re-measured median)",
+            f"{h['best_ms']:.4f} ({per(h, 'best_ms', '.4f')})",
+            f"{lv['best_ms']:.4f} ({per(lv, 'best_ms', '.4f')})",
+        ),
+        ("that best re-timed standalone afterwards (ms)", f"{h['retimed_ms']:.4f}", f"{lv['retimed_ms']:.4f}"),
+        ("records marked noisy", per(h, "noisy", "d"), per(lv, "noisy", "d")),
+        ("measurement_noise events", per(h, "noise_events", "d"), per(lv, "noise_events", "d")),
+        ("session wall time (s)", per(h, "wall_s", ".1f"), per(lv, "wall_s", ".1f")),
+    ]
     t = res["targets"]
-    lines = ["# Watching live: timing noise with the dashboard open in a browser vs headless", "",
-             proto.markdown(), "",
-             f"Workload `{res['workload']}`, {res['trials']} trials, seed {res['seed']}, {res['threads']} threads, "
-             "the workbench's defaults (`quick`, strategy `auto`, `noise=\"wait\"`, the dashboard's measurement "
-             "gate). Headless = `workbench tune`; live = the quickstart notebook in JupyterLab, in headless Chromium "
-             "(Playwright), Start pressed and the page kept open and drawing until the session finished. "
-             f"{res['pairs']} pairs of sessions, alternated headless / live; each figure is the median over a "
-             "mode's sessions (each session's value in brackets). Produced by "
-             f"`python benchmarks/live_dashboard.py --pairs {res['pairs']}`.", "",
-             "| | headless | live |", "|---|---|---|"]
+    lines = [
+        "# Watching live: timing noise with the dashboard open in a browser vs headless",
+        "",
+        proto.markdown(),
+        "",
+        f"Workload `{res['workload']}`, {res['trials']} trials, seed {res['seed']}, {res['threads']} threads, "
+        "the workbench's defaults (`quick`, strategy `auto`, `noise=\"wait\"`, the dashboard's measurement "
+        "gate). Headless = `workbench tune`; live = the quickstart notebook in JupyterLab, in headless Chromium "
+        "(Playwright), Start pressed and the page kept open and drawing until the session finished. "
+        f"{res['pairs']} pairs of sessions, alternated headless / live; each figure is the median over a "
+        "mode's sessions (each session's value in brackets). Produced by "
+        f"`python benchmarks/live_dashboard.py --pairs {res['pairs']}`.",
+        "",
+        "| | headless | live |",
+        "|---|---|---|",
+    ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    lines += ["",
-              f"- live / headless median CV: **{res['cv_ratio']:.2f}x** (target <= 2x: "
-              f"{'met' if t['cv_within_2x'] else 'NOT met'})",
-              f"- live / headless best latency: **{res['best_ratio']:.3f}** (target within 3 %: "
-              f"{'met' if t['best_within_3pct'] else 'NOT met'}); the bests re-timed standalone: "
-              f"{res['retimed_best_ratio']:.3f}",
-              "", "Before the measurement gate and the noise checks (the issue that asked for this page, same "
-              "machine kind, 48 trials of resnet18.conv2): live median CV 0.32 (p90 0.74) against 0.006 (0.05) "
-              "headless, and a best 9 % slower live."]
+    lines += [
+        "",
+        f"- live / headless median CV: **{res['cv_ratio']:.2f}x** (target <= 2x: "
+        f"{'met' if t['cv_within_2x'] else 'NOT met'})",
+        f"- live / headless best latency: **{res['best_ratio']:.3f}** (target within 3 %: "
+        f"{'met' if t['best_within_3pct'] else 'NOT met'}); the bests re-timed standalone: "
+        f"{res['retimed_best_ratio']:.3f}",
+        "",
+        "Before the measurement gate and the noise checks (the issue that asked for this page, same "
+        "machine kind, 48 trials of resnet18.conv2): live median CV 0.32 (p90 0.74) against 0.006 (0.05) "
+        "headless, and a best 9 % slower live.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -86,13 +86,22 @@ def main():
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--per-round", type=int, default=16)
     ap.add_argument("--ms-build-timeout", type=float, default=300.0)
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="runs per tuner; figures are medians over them with their spread (default %(default)s)")
-    ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
-                    help="threads of every tuner and its workers (TVM_NUM_THREADS, OMP_NUM_THREADS, "
-                         "OPENBLAS_NUM_THREADS, the target's num-cores; default: all available cores, %(default)s)")
-    ap.add_argument("--force", action="store_true",
-                    help="run even when the machine is not quiet; the result is then marked invalid")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs per tuner; figures are medians over them with their spread (default %(default)s)",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=_quiet.available_cores(),
+        help="threads of every tuner and its workers (TVM_NUM_THREADS, OMP_NUM_THREADS, "
+        "OPENBLAS_NUM_THREADS, the target's num-cores; default: all available cores, %(default)s)",
+    )
+    ap.add_argument(
+        "--force", action="store_true", help="run even when the machine is not quiet; the result is then marked invalid"
+    )
     args = ap.parse_args()
 
     from workbench import tvm_env
@@ -112,19 +121,28 @@ def main():
             if tuner == "workbench":
                 r = run_workbench(args.workload, target, args.trials, args.per_round)
             else:
-                r = run_ms(args.workload, target, args.trials, args.per_round, tuner == "ms-fastbuild",
-                           args.ms_build_timeout)
+                r = run_ms(
+                    args.workload, target, args.trials, args.per_round, tuner == "ms-fastbuild", args.ms_build_timeout
+                )
             r["ok_per_second"] = r["ok"] / r["wall_seconds"]
             r["seconds_per_ok_trial"] = r["wall_seconds"] / max(1, r["ok"])
             runs[tuner].append(r)
     protocol.finish()
     rows = {k: _median_row(v) for k, v in runs.items()}
     wb = rows["workbench"]["ok_per_second"]
-    result = {"workload": args.workload, "trials": args.trials, "per_round": args.per_round, "target": target,
-              "threads": args.threads, "repeats": args.repeats,
-              "versions": tvm_env.library_versions(), "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows,
-              "speedup_vs": {k: wb / v["ok_per_second"] for k, v in rows.items() if k != "workbench" and v["ok"]},
-              "protocol": protocol.summary()}
+    result = {
+        "workload": args.workload,
+        "trials": args.trials,
+        "per_round": args.per_round,
+        "target": target,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "versions": tvm_env.library_versions(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "rows": rows,
+        "speedup_vs": {k: wb / v["ok_per_second"] for k, v in rows.items() if k != "workbench" and v["ok"]},
+        "protocol": protocol.summary(),
+    }
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "throughput.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -143,22 +161,33 @@ def main():
         "|---|---|---|---|---|---|---|---|",
     ]
     for k, r in rows.items():
-        lines.append(f"| {k} | {r['measured']} | {r['ok']} | {r['failed']} | {_fig(r, 'wall_seconds', '.1f')} | "
-                     f"{_fig(r, 'seconds_per_ok_trial', '.2f')} | {_fig(r, 'ok_per_second', '.3f')} | "
-                     f"{_fig(r, 'best_latency_ms', '.3f')} |")
+        lines.append(
+            f"| {k} | {r['measured']} | {r['ok']} | {r['failed']} | {_fig(r, 'wall_seconds', '.1f')} | "
+            f"{_fig(r, 'seconds_per_ok_trial', '.2f')} | {_fig(r, 'ok_per_second', '.3f')} | "
+            f"{_fig(r, 'best_latency_ms', '.3f')} |"
+        )
     wbr = rows["workbench"]
-    lines += ["", f"The workbench's best program is verified: {wbr['verified']}; it runs in {wbr['best_latency_ms']:.3f} ms "
-              f"against {wbr['naive_latency_ms']:.1f} ms for the naive (unscheduled) program: "
-              f"**{wbr['naive_latency_ms'] / wbr['best_latency_ms']:.0f}x faster**."]
-    lines += ["", "Workbench throughput relative to each MetaSchedule configuration (successful trials per second): "
-              + ", ".join(f"**{v:.1f}x** vs {k}" for k, v in result["speedup_vs"].items()) + ".", "",
-              "Why: the workbench keeps its build and run workers alive for the whole session (MetaSchedule's "
-              "`LocalBuilder` starts a new pool for every batch, and each stock worker imports every tensor "
-              "intrinsic), registers only the x86 intrinsics in its own process, times each kernel with "
-              "`repeat=3, min_repeat_ms=30` instead of `min_repeat_ms=100`, and its `quick` preset searches a "
-              "population of 128 (MetaSchedule: 512). The search is most of a round's time: with a population of "
-              "256 the same run measured 1.89 s per trial (2.1x vs ms-stock, 1.3x vs ms-fastbuild) with a best of "
-              "1.284 ms.", ""]
+    lines += [
+        "",
+        f"The workbench's best program is verified: {wbr['verified']}; it runs in {wbr['best_latency_ms']:.3f} ms "
+        f"against {wbr['naive_latency_ms']:.1f} ms for the naive (unscheduled) program: "
+        f"**{wbr['naive_latency_ms'] / wbr['best_latency_ms']:.0f}x faster**.",
+    ]
+    lines += [
+        "",
+        "Workbench throughput relative to each MetaSchedule configuration (successful trials per second): "
+        + ", ".join(f"**{v:.1f}x** vs {k}" for k, v in result["speedup_vs"].items())
+        + ".",
+        "",
+        "Why: the workbench keeps its build and run workers alive for the whole session (MetaSchedule's "
+        "`LocalBuilder` starts a new pool for every batch, and each stock worker imports every tensor "
+        "intrinsic), registers only the x86 intrinsics in its own process, times each kernel with "
+        "`repeat=3, min_repeat_ms=30` instead of `min_repeat_ms=100`, and its `quick` preset searches a "
+        "population of 128 (MetaSchedule: 512). The search is most of a round's time: with a population of "
+        "256 the same run measured 1.89 s per trial (2.1x vs ms-stock, 1.3x vs ms-fastbuild) with a best of "
+        "1.284 ms.",
+        "",
+    ]
     with open(os.path.join(RESULTS, "throughput.md"), "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))

@@ -55,8 +55,14 @@ import _report  # noqa: E402
 import _tuners  # noqa: E402
 
 # GMM 512^3; ResNet-18 3x3 convs at 56x56x64, 28x28x128, 14x14x256; a depthwise and a 1x1 conv.
-WORKLOADS = ["GMM.2", "resnet18.conv2", "resnet18.conv5", "resnet18.conv8", "mobilenet_v2.dw144_56_s1",
-             "resnet50.conv2"]
+WORKLOADS = [
+    "GMM.2",
+    "resnet18.conv2",
+    "resnet18.conv5",
+    "resnet18.conv8",
+    "mobilenet_v2.dw144_56_s1",
+    "resnet50.conv2",
+]
 MODES = {
     "quick": {"budgets": [64], "ms_stock": ["resnet50.conv2"], "repeats": 5, "profile_trials": 64},
     "full": {"budgets": [64, 256], "ms_stock": WORKLOADS, "repeats": 10, "profile_trials": 64},
@@ -71,10 +77,10 @@ def log(msg):
 
 def run_peak(out_dir: str, threads: int) -> dict:
     exe = os.path.join(out_dir, "peak")
-    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", os.path.join(HERE, "peak", "peak.c"), "-o", exe],
-                   check=True)
-    p = subprocess.run([exe, str(threads)], capture_output=True, text=True, check=True,
-                       env=_quiet.thread_env(threads))
+    subprocess.run(
+        ["gcc", "-O3", "-march=native", "-fopenmp", os.path.join(HERE, "peak", "peak.c"), "-o", exe], check=True
+    )
+    p = subprocess.run([exe, str(threads)], capture_output=True, text=True, check=True, env=_quiet.thread_env(threads))
     return _report.parse_peak(p.stdout)
 
 
@@ -102,8 +108,10 @@ def best_achieved(result: dict) -> tuple:
         for wname, per_t in per_w.items():
             for tuner, r in per_t.items():
                 if r.get("best_latency_ms"):
-                    offer(flops[wname] / (r["best_latency_ms"] / 1e3) / 1e9,
-                          f"{wname} {tuner}'s own best timing, {budget} trials")
+                    offer(
+                        flops[wname] / (r["best_latency_ms"] / 1e3) / 1e9,
+                        f"{wname} {tuner}'s own best timing, {budget} trials",
+                    )
     return best
 
 
@@ -133,11 +141,29 @@ def conv_spec(w) -> dict | None:
     """A workload's conv as torch needs it (NCHW semantics, N=1), or None when it is not a conv."""
     p = w.spec()["params"]
     if w.op == "conv2d":
-        return {"name": w.name, "ci": p["in_channels"], "h": p["height"], "w": p["width"], "co": p["out_channels"],
-                "k": p["kernel"], "stride": p["stride"], "pad": p["padding"], "groups": p.get("groups", 1)}
+        return {
+            "name": w.name,
+            "ci": p["in_channels"],
+            "h": p["height"],
+            "w": p["width"],
+            "co": p["out_channels"],
+            "k": p["kernel"],
+            "stride": p["stride"],
+            "pad": p["padding"],
+            "groups": p.get("groups", 1),
+        }
     if w.op == "depthwise_conv2d":
-        return {"name": w.name, "ci": p["channels"], "h": p["height"], "w": p["width"], "co": p["channels"],
-                "k": p["kernel"], "stride": p["stride"], "pad": p["padding"], "groups": p["channels"]}
+        return {
+            "name": w.name,
+            "ci": p["channels"],
+            "h": p["height"],
+            "w": p["width"],
+            "co": p["channels"],
+            "k": p["kernel"],
+            "stride": p["stride"],
+            "pad": p["padding"],
+            "groups": p["channels"],
+        }
     return None
 
 
@@ -156,8 +182,9 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol)
                     with open(trace, "w") as f:
                         f.write(_best_workbench_trace(r["db"]))
                 if trace:
-                    by_tuner.setdefault(tuner, []).append({"key": f"{budget}|{wname}|{tuner}", "workload": wname,
-                                                           "trace": trace})
+                    by_tuner.setdefault(tuner, []).append(
+                        {"key": f"{budget}|{wname}|{tuner}", "workload": wname, "trace": trace}
+                    )
     numpy_w = [w for w in result["names"] if reg.get(w).op in ("matmul", "batch_matmul")]
     convs = [c for c in (conv_spec(reg.get(w)) for w in result["names"]) if c]
     tvm_argv = [sys.executable, os.path.join(HERE, "_remeasure.py"), str(threads)]
@@ -165,14 +192,20 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol)
     libraries = [(tuner, tvm_argv, {"kernels": ks, "numpy": [], "target": target}) for tuner, ks in by_tuner.items()]
     if numpy_w:
         libraries.append(("numpy/OpenBLAS", tvm_argv, {"kernels": [], "numpy": numpy_w, "target": target}))
-    torch_ok = bool(torch_python and os.path.exists(torch_python) and subprocess.run(
-        [torch_python, "-c", "import torch"], capture_output=True).returncode == 0)
+    torch_ok = bool(
+        torch_python
+        and os.path.exists(torch_python)
+        and subprocess.run([torch_python, "-c", "import torch"], capture_output=True).returncode == 0
+    )
     if torch_ok and convs:
-        libraries.append(("torch", [torch_python, os.path.join(HERE, "_vendor_torch.py"), str(threads)],
-                          {"convs": convs}))
+        libraries.append(
+            ("torch", [torch_python, os.path.join(HERE, "_vendor_torch.py"), str(threads)], {"convs": convs})
+        )
     elif convs:
-        result["torch"] = {"skipped": f"torch cannot be imported from {torch_python!r} (make bench creates "
-                                      ".venv-torch; torch could not be installed there)"}
+        result["torch"] = {
+            "skipped": f"torch cannot be imported from {torch_python!r} (make bench creates "
+            ".venv-torch; torch could not be installed there)"
+        }
     result["verification"], samples, readings = {}, {}, {}
     protocol.probe("before timing")
     for lib, argv, setup in libraries:
@@ -224,9 +257,25 @@ def run_profile(out_dir: str, target: dict, trials: int, protocol) -> dict:
         protocol.phase(f"profile {label}")
         log(f"profile {label}: {PROFILE_WORKLOAD}, {trials} trials")
         db = os.path.join(out_dir, f"profile-{label}.db")
-        p = subprocess.run([sys.executable, os.path.join(HERE, "_profile.py"), PROFILE_WORKLOAD, "--trials",
-                            str(trials), "--db", db, "--target", json.dumps(target), "--improved", flag],
-                           capture_output=True, text=True, cwd=ROOT, env=_quiet.thread_env(target["num-cores"]))
+        p = subprocess.run(
+            [
+                sys.executable,
+                os.path.join(HERE, "_profile.py"),
+                PROFILE_WORKLOAD,
+                "--trials",
+                str(trials),
+                "--db",
+                db,
+                "--target",
+                json.dumps(target),
+                "--improved",
+                flag,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=_quiet.thread_env(target["num-cores"]),
+        )
         if p.returncode != 0:
             raise RuntimeError(f"profile failed:\n{p.stderr[-3000:]}")
         out[label] = json.loads(p.stdout)
@@ -249,13 +298,21 @@ def main():
     ap.add_argument("--torch-python", default=os.path.join(ROOT, ".venv-torch", "bin", "python"))
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out", "performance"))
     ap.add_argument("--results", default=RESULTS, help="where performance.md/.json go")
-    ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
-                    help="threads of every tuner, kernel and library (TVM_NUM_THREADS, OMP_NUM_THREADS, "
-                         "OPENBLAS_NUM_THREADS, the target's num-cores; default: all available cores, %(default)s)")
-    ap.add_argument("--force", action="store_true",
-                    help="run even when the machine is not quiet; the result is then marked invalid")
-    ap.add_argument("--report-only", action="store_true",
-                    help="rewrite performance.md from the existing performance.json (e.g. after editing the analysis)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=_quiet.available_cores(),
+        help="threads of every tuner, kernel and library (TVM_NUM_THREADS, OMP_NUM_THREADS, "
+        "OPENBLAS_NUM_THREADS, the target's num-cores; default: all available cores, %(default)s)",
+    )
+    ap.add_argument(
+        "--force", action="store_true", help="run even when the machine is not quiet; the result is then marked invalid"
+    )
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite performance.md from the existing performance.json (e.g. after editing the analysis)",
+    )
     args = ap.parse_args()
     if args.report_only:
         path = os.path.join(args.results, "performance.json")
@@ -288,22 +345,44 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     reg = registry()
     t_start = time.time()
-    cmd = "make bench" if args.mode == "quick" and len(sys.argv) <= 3 else \
-        "make bench-full" if args.mode == "full" and len(sys.argv) <= 3 else "python " + " ".join(
-            [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    cmd = (
+        "make bench"
+        if args.mode == "quick" and len(sys.argv) <= 3
+        else "make bench-full"
+        if args.mode == "full" and len(sys.argv) <= 3
+        else "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    )
     result = {
-        "mode": args.mode, "command": cmd, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                   f"mcpu {target['mcpu']}", "target": json.dumps(target), "threads": threads,
-        "versions": tvm_env.library_versions(), "budgets": budgets, "per_round": args.per_round,
-        "repeats": repeats, "names": names, "ms_stock_workloads": [w for w in stock if w in names],
-        "workloads": [], "runs": {}, "remeasure": {}, "vendor": {}, "remeasure_protocol": "sequential",
+        "mode": args.mode,
+        "command": cmd,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, mcpu {target['mcpu']}",
+        "target": json.dumps(target),
+        "threads": threads,
+        "versions": tvm_env.library_versions(),
+        "budgets": budgets,
+        "per_round": args.per_round,
+        "repeats": repeats,
+        "names": names,
+        "ms_stock_workloads": [w for w in stock if w in names],
+        "workloads": [],
+        "runs": {},
+        "remeasure": {},
+        "vendor": {},
+        "remeasure_protocol": "sequential",
         "problems": [],
     }
     for n in names:
         w = reg.get(n)
-        result["workloads"].append({"name": n, "op": w.op, "flops": w.flops, "arg_shapes": w.arg_shapes,
-                                    "intensity": _report.arithmetic_intensity(w.flops, w.arg_shapes)})
+        result["workloads"].append(
+            {
+                "name": n,
+                "op": w.op,
+                "flops": w.flops,
+                "arg_shapes": w.arg_shapes,
+                "intensity": _report.arithmetic_intensity(w.flops, w.arg_shapes),
+            }
+        )
     protocol.phase("the peak microbenchmark")
     log("peak microbenchmark")
     result["peak"] = run_peak(args.out, threads)
@@ -313,17 +392,27 @@ def main():
             runs = result["runs"].setdefault(str(budget), {}).setdefault(n, {})
             protocol.phase(f"tuning {n} @ {budget} with the workbench")
             log(f"{n} @ {budget}: workbench")
-            runs["workbench"] = _tuners.run_workbench(n, target, budget, args.per_round,
-                                                      os.path.join(args.out, f"wb-{n}-{budget}.db"))
+            runs["workbench"] = _tuners.run_workbench(
+                n, target, budget, args.per_round, os.path.join(args.out, f"wb-{n}-{budget}.db")
+            )
             log(f"  best {runs['workbench']['best_latency_ms']} ms, {runs['workbench']['wall_seconds']:.0f} s")
             configs = [("ms-fastbuild", True)] + ([("ms-stock", False)] if n in stock else [])
             for tuner, fast in configs:
                 protocol.phase(f"tuning {n} @ {budget} with {tuner}")
                 log(f"{n} @ {budget}: {tuner}")
-                runs[tuner] = _tuners.run_ms(n, target, budget, args.per_round, fast, args.ms_build_timeout,
-                                             os.path.join(args.out, f"{tuner}-{n}-{budget}"))
-                log(f"  best {runs[tuner]['best_latency_ms']} ms, {runs[tuner]['wall_seconds']:.0f} s, "
-                    f"failed {runs[tuner]['failed']}")
+                runs[tuner] = _tuners.run_ms(
+                    n,
+                    target,
+                    budget,
+                    args.per_round,
+                    fast,
+                    args.ms_build_timeout,
+                    os.path.join(args.out, f"{tuner}-{n}-{budget}"),
+                )
+                log(
+                    f"  best {runs[tuner]['best_latency_ms']} ms, {runs[tuner]['wall_seconds']:.0f} s, "
+                    f"failed {runs[tuner]['failed']}"
+                )
     log("re-measuring final kernels, one library at a time")
     remeasure(result, args.out, target, threads, repeats, args.torch_python, protocol)
     verify_peak(result, args.out, threads, protocol)

@@ -49,18 +49,38 @@ PAPER = {"fraction_avg": 49.13, "fraction_max": 88.41, "time_ratio_server": 6.5,
 
 MODES = {
     "reduced": {
-        "source": ["resnet18.conv2", "resnet18.conv4", "resnet18.conv5", "resnet18.conv7", "resnet18.conv8",
-                   "resnet18.conv11"],
+        "source": [
+            "resnet18.conv2",
+            "resnet18.conv4",
+            "resnet18.conv5",
+            "resnet18.conv7",
+            "resnet18.conv8",
+            "resnet18.conv11",
+        ],
         # 2 exact-shape matches (conv3 = R18 conv2, conv11 = R18 conv5) and 4 true transfers
-        "resnet50": ["resnet50.conv3", "resnet50.conv11", "resnet50.conv2", "resnet50.conv10", "resnet50.conv13",
-                     "resnet50.conv16"],
-        "mobilenet_v2": ["mobilenet_v2.pw24_144_56", "mobilenet_v2.pw144_24_56", "mobilenet_v2.pw64_384_14",
-                         "mobilenet_v2.pw384_64_14"],
+        "resnet50": [
+            "resnet50.conv3",
+            "resnet50.conv11",
+            "resnet50.conv2",
+            "resnet50.conv10",
+            "resnet50.conv13",
+            "resnet50.conv16",
+        ],
+        "mobilenet_v2": [
+            "mobilenet_v2.pw24_144_56",
+            "mobilenet_v2.pw144_24_56",
+            "mobilenet_v2.pw64_384_14",
+            "mobilenet_v2.pw384_64_14",
+        ],
         "trials_per_layer": 32,
     },
     # a check that the script runs end to end (a minute or two); its numbers mean nothing
-    "smoke": {"source": ["resnet18.conv11"], "resnet50": ["resnet50.conv23", "resnet50.conv22"],
-              "mobilenet_v2": ["mobilenet_v2.pw960_160_7"], "trials_per_layer": 4},
+    "smoke": {
+        "source": ["resnet18.conv11"],
+        "resnet50": ["resnet50.conv23", "resnet50.conv22"],
+        "mobilenet_v2": ["mobilenet_v2.pw960_160_7"],
+        "trials_per_layer": 4,
+    },
     "full": {"source": "resnet18", "resnet50": "resnet50", "mobilenet_v2": "pointwise", "trials_per_layer": 64},
 }
 
@@ -130,12 +150,27 @@ def measure_default(targets, target="host"):
 def tune_network(layers, trials_per_layer, db, seed, per_round, strategy, label, target="host"):
     from workbench.network import NetworkSession
 
-    s = NetworkSession(layers, target=target, trials=trials_per_layer * len(layers), db=db, seed=seed,
-                       strategy=strategy, trials_per_round=per_round, name=label)
+    s = NetworkSession(
+        layers,
+        target=target,
+        trials=trials_per_layer * len(layers),
+        db=db,
+        seed=seed,
+        strategy=strategy,
+        trials_per_round=per_round,
+        name=label,
+    )
     t = time.time()
-    s.subscribe(lambda e: e.kind == K.NETWORK_ROUND and print(
-        f"  [{label}] round {e.data['round']:3d} {e.data['workload']:28s} trials {e.data['trials_done']:4d} "
-        f"est {e.data['estimated_latency_ms']:.3f} ms  {time.time() - t:6.0f} s", flush=True))
+    s.subscribe(
+        lambda e: (
+            e.kind == K.NETWORK_ROUND
+            and print(
+                f"  [{label}] round {e.data['round']:3d} {e.data['workload']:28s} trials {e.data['trials_done']:4d} "
+                f"est {e.data['estimated_latency_ms']:.3f} ms  {time.time() - t:6.0f} s",
+                flush=True,
+            )
+        )
+    )
     summ = s.run()
     return summ, list(s.history), time.time() - t
 
@@ -156,30 +191,55 @@ def run_target(name, targets, source_db, bank_params, args, out, protocol, targe
     print(f"# full tuning of {name}: {args.trials} trials per layer", flush=True)
     full_db = os.path.join(out, f"full_{name}.db")
     remove_store(full_db)
-    summ, hist, t_full = tune_network(targets, args.trials, full_db, args.seed, args.per_round, args.strategy,
-                                      f"full-{name}", target)
+    summ, hist, t_full = tune_network(
+        targets, args.trials, full_db, args.seed, args.per_round, args.strategy, f"full-{name}", target
+    )
     layers = []
     for w, r in zip(targets, tt):
         full_best = next(x["best_latency_ms"] for x in summ["tasks"] if x["workload"] == w.name)
         exact_src = [n for n, (ck, p) in bank_params.items() if ck == w.class_key and p == w.params]
-        layers.append({
-            "workload": w.name, "weight": w.weight, "flops": w.flops, "class": w.class_key,
-            "exact_source": exact_src[0] if exact_src else None, "naive_ms": r.naive_latency_ms,
-            "default_ms": default_ms[w.name],
-            "tt_ms": r.best_latency_ms, "tt_source": r.source, "tt_exact": r.exact_match, "tt_repaired": r.repaired,
-            "tt_candidates": r.candidates, "tt_valid": r.valid, "tt_seconds": r.search_seconds,
-            "full_ms": full_best, "full_naive_ms": next(x["naive_latency_ms"] for x in summ["tasks"]
-                                                        if x["workload"] == w.name)})
-    res = {"target": name, "layers": layers, "t_tt_s": sum(r.search_seconds for r in tt), "t_tt_wall_s": t_tt_wall,
-           "t_full_s": t_full, "full_trials": summ["trials"], "curve": []}
+        layers.append(
+            {
+                "workload": w.name,
+                "weight": w.weight,
+                "flops": w.flops,
+                "class": w.class_key,
+                "exact_source": exact_src[0] if exact_src else None,
+                "naive_ms": r.naive_latency_ms,
+                "default_ms": default_ms[w.name],
+                "tt_ms": r.best_latency_ms,
+                "tt_source": r.source,
+                "tt_exact": r.exact_match,
+                "tt_repaired": r.repaired,
+                "tt_candidates": r.candidates,
+                "tt_valid": r.valid,
+                "tt_seconds": r.search_seconds,
+                "full_ms": full_best,
+                "full_naive_ms": next(x["naive_latency_ms"] for x in summ["tasks"] if x["workload"] == w.name),
+            }
+        )
+    res = {
+        "target": name,
+        "layers": layers,
+        "t_tt_s": sum(r.search_seconds for r in tt),
+        "t_tt_wall_s": t_tt_wall,
+        "t_full_s": t_full,
+        "full_trials": summ["trials"],
+        "curve": [],
+    }
     naive = {x["workload"]: x["naive_ms"] for x in layers}
     weights = {x["workload"]: x["weight"] for x in layers}
     for h in hist:
         lat = sum(weights[k] * (v if v is not None else naive[k]) for k, v in h["per_task_ms"].items())
         res["curve"].append({"elapsed_s": h["elapsed_s"], "trials": h["trials_done"], "latency_ms": lat})
-    res["groups"] = {g: _group(layers, res, sel) for g, sel in
-                     (("all", lambda x: True), ("exact", lambda x: x["exact_source"] is not None),
-                      ("transfer", lambda x: x["exact_source"] is None))}
+    res["groups"] = {
+        g: _group(layers, res, sel)
+        for g, sel in (
+            ("all", lambda x: True),
+            ("exact", lambda x: x["exact_source"] is not None),
+            ("transfer", lambda x: x["exact_source"] is None),
+        )
+    }
     return res
 
 
@@ -193,23 +253,39 @@ def _group(layers, res, sel):
         return None
     naive, tt, full = _net(ls, "naive_ms"), _net(ls, "tt_ms"), _net(ls, "full_ms")
     s_tt, s_full = naive / tt, naive / full
-    g = {"layers": [x["workload"] for x in ls], "naive_ms": naive, "tt_ms": tt, "full_ms": full, "s_tt": s_tt,
-         "s_full": s_full, "fraction": (s_tt - 1) / (s_full - 1) if s_full > 1 else None}
+    g = {
+        "layers": [x["workload"] for x in ls],
+        "naive_ms": naive,
+        "tt_ms": tt,
+        "full_ms": full,
+        "s_tt": s_tt,
+        "s_full": s_full,
+        "fraction": (s_tt - 1) / (s_full - 1) if s_full > 1 else None,
+    }
     # the same against the parallel default schedule (layers where it failed to build count with naive)
     dflt = sum(x["weight"] * (x["default_ms"] or x["naive_ms"]) for x in ls)
     d_tt, d_full = dflt / tt, dflt / full
-    g.update({"default_ms": dflt, "s_tt_default": d_tt, "s_full_default": d_full,
-              "fraction_default": (d_tt - 1) / (d_full - 1) if d_full > 1 else None})
+    g.update(
+        {
+            "default_ms": dflt,
+            "s_tt_default": d_tt,
+            "s_full_default": d_full,
+            "fraction_default": (d_tt - 1) / (d_full - 1) if d_full > 1 else None,
+        }
+    )
     if len(ls) == len(layers):  # time-to-match only for the whole selection (the curve is for all layers)
         t_tt = res["t_tt_s"]
         match = next((c for c in res["curve"] if c["latency_ms"] <= tt), None)
         equal = next((c for c in res["curve"] if c["elapsed_s"] >= t_tt), res["curve"][-1] if res["curve"] else None)
-        g.update({
-            "t_tt_s": t_tt, "time_to_match_s": match["elapsed_s"] if match else None,
-            "matched": match is not None,
-            "time_ratio": (match["elapsed_s"] if match else res["curve"][-1]["elapsed_s"]) / t_tt,
-            "full_at_equal_time_ms": equal["latency_ms"] if equal else None,
-        })
+        g.update(
+            {
+                "t_tt_s": t_tt,
+                "time_to_match_s": match["elapsed_s"] if match else None,
+                "matched": match is not None,
+                "time_ratio": (match["elapsed_s"] if match else res["curve"][-1]["elapsed_s"]) / t_tt,
+                "full_at_equal_time_ms": equal["latency_ms"] if equal else None,
+            }
+        )
     return g
 
 
@@ -218,29 +294,38 @@ def write_report(data, results=RESULTS):
     with open(os.path.join(results, "transfer_tuning.json"), "w") as f:
         json.dump(data, f, indent=1)
     m = data["mode"]
-    L = ["# Transfer-tuning reproduction (ResNet-18 -> ResNet-50, -> MobileNet-V2 pointwise)", "",
-         _quiet.summary_markdown(data.get("protocol"))]
-    L.append(f"Measured on {data['machine']} with `{data['command']}` (mode **{m}**: "
-             f"{len(data['source_layers'])} ResNet-18 source layers, {data['trials_per_layer']} trials per layer for "
-             f"source and full tuning, {data['per_round']} per round, strategy `{data['strategy']}`, seed {data['seed']}). "
-             f"Total wall time {data['wall_s'] / 60:.1f} min (source tuning {data['source_s']:.0f} s).")
+    L = [
+        "# Transfer-tuning reproduction (ResNet-18 -> ResNet-50, -> MobileNet-V2 pointwise)",
+        "",
+        _quiet.summary_markdown(data.get("protocol")),
+    ]
+    L.append(
+        f"Measured on {data['machine']} with `{data['command']}` (mode **{m}**: "
+        f"{len(data['source_layers'])} ResNet-18 source layers, {data['trials_per_layer']} trials per layer for "
+        f"source and full tuning, {data['per_round']} per round, strategy `{data['strategy']}`, seed {data['seed']}). "
+        f"Total wall time {data['wall_s'] / 60:.1f} min (source tuning {data['source_s']:.0f} s)."
+    )
     if data.get("git"):
         L.append("")
         L.append(f"Code: {data['git']}.")
     L.append("")
-    L.append("Definitions as in the paper's artifact: S_x = t_untuned / t_x on the network latency "
-             "sum(multiplicity x layer latency) over the selected unique layers; fraction = (S_TT - 1)/(S_full - 1); "
-             "time ratio = (wall time full tuning needs to reach TT's latency) / T_TT. "
-             "**Untuned** is the workbench's naive program (unscheduled PrimFunc, single call), not TVM's default "
-             "schedule, so S values are large; absolute latencies are given for that reason. **Full** is tuning "
-             f"from scratch with the same {data['trials_per_layer']} trials per layer as the source "
-             "(the paper uses Ansor's recommended 20,000 trials per model), so S_full is far from converged and the "
-             "fraction is relative to a short full-tuning run. T_TT includes each target's untuned-baseline "
-             "measurement (an over-estimate); the full-tuning clock starts with its session (its baseline "
-             "measurements included too).")
+    L.append(
+        "Definitions as in the paper's artifact: S_x = t_untuned / t_x on the network latency "
+        "sum(multiplicity x layer latency) over the selected unique layers; fraction = (S_TT - 1)/(S_full - 1); "
+        "time ratio = (wall time full tuning needs to reach TT's latency) / T_TT. "
+        "**Untuned** is the workbench's naive program (unscheduled PrimFunc, single call), not TVM's default "
+        "schedule, so S values are large; absolute latencies are given for that reason. **Full** is tuning "
+        f"from scratch with the same {data['trials_per_layer']} trials per layer as the source "
+        "(the paper uses Ansor's recommended 20,000 trials per model), so S_full is far from converged and the "
+        "fraction is relative to a short full-tuning run. T_TT includes each target's untuned-baseline "
+        "measurement (an over-estimate); the full-tuning clock starts with its session (its baseline "
+        "measurements included too)."
+    )
     L.append("")
-    L.append("| target | layers | untuned ms | TT ms | full ms | S_TT | S_full | fraction | T_TT s | full reaches TT at s | "
-             "time ratio | full at T_TT ms |")
+    L.append(
+        "| target | layers | untuned ms | TT ms | full ms | S_TT | S_full | fraction | T_TT s | full reaches TT at s | "
+        "time ratio | full at T_TT ms |"
+    )
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in data["targets"]:
         for gname, g in r["groups"].items():
@@ -248,19 +333,29 @@ def write_report(data, results=RESULTS):
                 continue
             frac = "-" if g["fraction"] is None else f"{100 * g['fraction']:.1f} %"
             if gname == "all":
-                ttm = f"{g['time_to_match_s']:.0f}" if g["matched"] else f"not within budget (> {r['curve'][-1]['elapsed_s']:.0f})"
+                ttm = (
+                    f"{g['time_to_match_s']:.0f}"
+                    if g["matched"]
+                    else f"not within budget (> {r['curve'][-1]['elapsed_s']:.0f})"
+                )
                 ratio = f"{g['time_ratio']:.1f}x" + ("" if g["matched"] else " (lower bound)")
                 extra = f"{g['t_tt_s']:.0f} | {ttm} | {ratio} | {g['full_at_equal_time_ms']:.3f}"
             else:
                 extra = "- | - | - | -"
-            L.append(f"| {r['target']} ({gname}) | {len(g['layers'])} | {g['naive_ms']:.3f} | {g['tt_ms']:.3f} | "
-                     f"{g['full_ms']:.3f} | {g['s_tt']:.2f} | {g['s_full']:.2f} | {frac} | {extra} |")
-    L.append(f"| paper (server CPU, 10 models) | | | | | | | {PAPER['fraction_avg']} % avg, {PAPER['fraction_max']} % max "
-             f"| | | {PAPER['time_ratio_server']}x (edge {PAPER['time_ratio_edge']}x) | |")
+            L.append(
+                f"| {r['target']} ({gname}) | {len(g['layers'])} | {g['naive_ms']:.3f} | {g['tt_ms']:.3f} | "
+                f"{g['full_ms']:.3f} | {g['s_tt']:.2f} | {g['s_full']:.2f} | {frac} | {extra} |"
+            )
+    L.append(
+        f"| paper (server CPU, 10 models) | | | | | | | {PAPER['fraction_avg']} % avg, {PAPER['fraction_max']} % max "
+        f"| | | {PAPER['time_ratio_server']}x (edge {PAPER['time_ratio_edge']}x) | |"
+    )
     L.append("")
-    L.append("The same against the **parallel default schedule** (every block's leading spatial loops fused and "
-             "parallel, innermost spatial loop vectorized: the design notes' 'minimal default'), a much stronger "
-             "baseline than the naive program:")
+    L.append(
+        "The same against the **parallel default schedule** (every block's leading spatial loops fused and "
+        "parallel, innermost spatial loop vectorized: the design notes' 'minimal default'), a much stronger "
+        "baseline than the naive program:"
+    )
     L.append("")
     L.append("| target | default ms | TT ms | full ms | S_TT | S_full | fraction |")
     L.append("|---|---|---|---|---|---|---|")
@@ -269,32 +364,42 @@ def write_report(data, results=RESULTS):
             if g is None:
                 continue
             frac = "-" if g["fraction_default"] is None else f"{100 * g['fraction_default']:.1f} %"
-            L.append(f"| {r['target']} ({gname}) | {g['default_ms']:.3f} | {g['tt_ms']:.3f} | {g['full_ms']:.3f} | "
-                     f"{g['s_tt_default']:.2f} | {g['s_full_default']:.2f} | {frac} |")
+            L.append(
+                f"| {r['target']} ({gname}) | {g['default_ms']:.3f} | {g['tt_ms']:.3f} | {g['full_ms']:.3f} | "
+                f"{g['s_tt_default']:.2f} | {g['s_full_default']:.2f} | {frac} |"
+            )
     L.append("")
-    L.append("Per layer (multiplicity, TT's chosen source; *exact* = the source has the identical shape; "
-             "*repaired* = some tile decision no longer divided the new extents and was moved to the nearest divisor):")
+    L.append(
+        "Per layer (multiplicity, TT's chosen source; *exact* = the source has the identical shape; "
+        "*repaired* = some tile decision no longer divided the new extents and was moved to the nearest divisor):"
+    )
     L.append("")
     for r in data["targets"]:
         L.append(f"**{r['target']}**")
         L.append("")
-        L.append("| layer | x | untuned ms | default ms | TT ms | TT source | exact | repaired | valid/cands | full ms | "
-                 "S_TT | S_full |")
+        L.append(
+            "| layer | x | untuned ms | default ms | TT ms | TT source | exact | repaired | valid/cands | full ms | "
+            "S_TT | S_full |"
+        )
         L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for x in r["layers"]:
             tt = x["tt_ms"]
             d = x["default_ms"]
-            L.append(f"| {x['workload']} | {x['weight']} | {x['naive_ms']:.3f} | {'-' if d is None else f'{d:.3f}'} | "
-                     f"{'-' if tt is None else f'{tt:.3f}'} | "
-                     f"{x['tt_source'] or 'untuned (fallback)'} | {'yes' if x['tt_exact'] else 'no'} | "
-                     f"{'yes' if x['tt_repaired'] else 'no'} | {x['tt_valid']}/{x['tt_candidates']} | "
-                     f"{'-' if x['full_ms'] is None else format(x['full_ms'], '.3f')} | "
-                     f"{x['naive_ms'] / (tt or x['naive_ms']):.1f} | "
-                     f"{'-' if x['full_ms'] is None else format(x['naive_ms'] / x['full_ms'], '.1f')} |")
+            L.append(
+                f"| {x['workload']} | {x['weight']} | {x['naive_ms']:.3f} | {'-' if d is None else f'{d:.3f}'} | "
+                f"{'-' if tt is None else f'{tt:.3f}'} | "
+                f"{x['tt_source'] or 'untuned (fallback)'} | {'yes' if x['tt_exact'] else 'no'} | "
+                f"{'yes' if x['tt_repaired'] else 'no'} | {x['tt_valid']}/{x['tt_candidates']} | "
+                f"{'-' if x['full_ms'] is None else format(x['full_ms'], '.3f')} | "
+                f"{x['naive_ms'] / (tt or x['naive_ms']):.1f} | "
+                f"{'-' if x['full_ms'] is None else format(x['naive_ms'] / x['full_ms'], '.1f')} |"
+            )
         L.append("")
-    L.append(f"Class coverage: MobileNet-V2's depthwise layers have no same-class source in ResNet-18 "
-             f"(conv2d sources only), so TT leaves them untuned; the pointwise (1x1 conv2d) layers are "
-             f"{100 * data['mbv2_pointwise_flop_share']:.1f} % of MobileNet-V2's conv FLOPs.")
+    L.append(
+        f"Class coverage: MobileNet-V2's depthwise layers have no same-class source in ResNet-18 "
+        f"(conv2d sources only), so TT leaves them untuned; the pointwise (1x1 conv2d) layers are "
+        f"{100 * data['mbv2_pointwise_flop_share']:.1f} % of MobileNet-V2's conv FLOPs."
+    )
     L.append("")
     L.append("Full-tuning curves (sum w x latency after each round) are in transfer_tuning.json (`curve`).")
     with open(os.path.join(results, "transfer_tuning.md"), "w") as f:
@@ -305,9 +410,12 @@ def _git_state() -> str:
     import subprocess
 
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True).stdout.split("\n")
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.split("\n")
         changed = sorted(ln[3:] for ln in dirty if ln.strip())
         return head + (f" + uncommitted changes to {', '.join(changed)}" if changed else "")
     except OSError:
@@ -326,12 +434,17 @@ def main(argv=None):
     ap.add_argument("--targets", default="resnet50,mobilenet_v2")
     ap.add_argument("--no-write", action="store_true", help="print the results, do not write docs/results")
     ap.add_argument("--results", default=RESULTS, help="where transfer_tuning.md/.json go (default docs/results)")
-    ap.add_argument("--threads", type=int, default=_quiet.available_cores(),
-                    help="threads of every session, transfer measurement and timing (TVM_NUM_THREADS, "
-                         "OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, the target's num-cores; default: all available "
-                         "cores, %(default)s)")
-    ap.add_argument("--force", action="store_true",
-                    help="run even when the machine is not quiet; the result is then marked invalid")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=_quiet.available_cores(),
+        help="threads of every session, transfer measurement and timing (TVM_NUM_THREADS, "
+        "OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, the target's num-cores; default: all available "
+        "cores, %(default)s)",
+    )
+    ap.add_argument(
+        "--force", action="store_true", help="run even when the machine is not quiet; the result is then marked invalid"
+    )
     args = ap.parse_args(argv)
     mode = MODES[args.mode]
     args.trials = args.trials or mode["trials_per_layer"]
@@ -352,34 +465,54 @@ def main(argv=None):
         remove_store(source_db)
         protocol.phase("tuning the ResNet-18 source")
         print(f"# source: {len(source)} ResNet-18 layers x {args.trials} trials", flush=True)
-        _, _, t_src = tune_network(source, args.trials, source_db, args.seed, args.per_round, args.strategy, "source",
-                                   target)
+        _, _, t_src = tune_network(
+            source, args.trials, source_db, args.seed, args.per_round, args.strategy, "source", target
+        )
     bank_params = {w.name: (w.class_key, w.params) for w in source}
     targets = []
     for name in args.targets.split(","):
         _quiet.quiesce()
-        targets.append(run_target(name, _layers(mode[name], name), source_db, bank_params, args, args.out, protocol,
-                                  target))
+        targets.append(
+            run_target(name, _layers(mode[name], name), source_db, bank_params, args, args.out, protocol, target)
+        )
     protocol.finish()
     mb = registry().networks["mobilenet_v2"]
     pw = sum(w.weight * w.flops for w in mb if w.op == "conv2d" and w.params["kernel"] == 1)
-    data = {"mode": args.mode, "command": "python " + " ".join(["benchmarks/transfer_tuning.py"] + (argv or sys.argv[1:])),
-            "machine": f"{platform.machine()} {tvm_env.host_mcpu()}, {tvm_env.available_cores()} cores",
-            "threads": args.threads, "target": target, "protocol": protocol.summary(),
-            "trials_per_layer": args.trials, "per_round": args.per_round, "strategy": args.strategy, "seed": args.seed,
-            "source_layers": [w.name for w in source], "source_db": source_db, "source_s": t_src,
-            "targets": targets, "paper": PAPER, "mbv2_pointwise_flop_share": pw / sum(w.weight * w.flops for w in mb),
-            "wall_s": time.time() - t0, "versions": tvm_env.library_versions(), "git": _git_state()}
+    data = {
+        "mode": args.mode,
+        "command": "python " + " ".join(["benchmarks/transfer_tuning.py"] + (argv or sys.argv[1:])),
+        "machine": f"{platform.machine()} {tvm_env.host_mcpu()}, {tvm_env.available_cores()} cores",
+        "threads": args.threads,
+        "target": target,
+        "protocol": protocol.summary(),
+        "trials_per_layer": args.trials,
+        "per_round": args.per_round,
+        "strategy": args.strategy,
+        "seed": args.seed,
+        "source_layers": [w.name for w in source],
+        "source_db": source_db,
+        "source_s": t_src,
+        "targets": targets,
+        "paper": PAPER,
+        "mbv2_pointwise_flop_share": pw / sum(w.weight * w.flops for w in mb),
+        "wall_s": time.time() - t0,
+        "versions": tvm_env.library_versions(),
+        "git": _git_state(),
+    }
     if not args.no_write:
         write_report(data, args.results)
     for r in targets:
         g = r["groups"]["all"]
         frac = "-" if g["fraction"] is None else f"{100 * g['fraction']:.1f} %"
         fd = "-" if g["fraction_default"] is None else f"{100 * g['fraction_default']:.1f} %"
-        print(f"{r['target']}: vs default schedule: S_TT {g['s_tt_default']:.2f}  S_full {g['s_full_default']:.2f}  "
-              f"fraction {fd}")
-        print(f"{r['target']}: S_TT {g['s_tt']:.2f}  S_full {g['s_full']:.2f}  fraction {frac}  "
-              f"time ratio {g['time_ratio']:.1f}x{'' if g['matched'] else ' (not matched: lower bound)'}")
+        print(
+            f"{r['target']}: vs default schedule: S_TT {g['s_tt_default']:.2f}  S_full {g['s_full_default']:.2f}  "
+            f"fraction {fd}"
+        )
+        print(
+            f"{r['target']}: S_TT {g['s_tt']:.2f}  S_full {g['s_full']:.2f}  fraction {frac}  "
+            f"time ratio {g['time_ratio']:.1f}x{'' if g['matched'] else ' (not matched: lower bound)'}"
+        )
     print(f"total {(time.time() - t0) / 60:.1f} min")
     return data
 

@@ -22,15 +22,31 @@ from workbench.workloads import EPILOGUES, OPS, workload_from_spec
 
 # ---------------------------------------------------------------- random specs
 
-JUNK = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True), st.text(max_size=5),
-                 st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 # Mostly plausible sizes, so that many specs get past the first bad value and the later checks are reached.
-SIZE = st.integers(0, 9).flatmap(lambda c: (
-    st.integers(1, 6) if c < 6 else  # small and plausible
-    st.integers(-5, 0) if c == 6 else  # zero / negative
-    st.one_of(st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, 2**70]),  # huge: past int32 and int64
-              st.integers(2**31, 2**70)) if c == 7 else
-    JUNK))  # wrong types
+SIZE = st.integers(0, 9).flatmap(
+    lambda c: (
+        st.integers(1, 6)
+        if c < 6
+        # small and plausible
+        else st.integers(-5, 0)
+        if c == 6
+        # zero / negative
+        else st.one_of(
+            st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, 2**70]),  # huge: past int32 and int64
+            st.integers(2**31, 2**70),
+        )
+        if c == 7
+        else JUNK
+    )
+)  # wrong types
 
 
 def _value(p):
@@ -53,20 +69,29 @@ def specs(draw):
     if _rarely(draw, 30):
         return draw(JUNK)  # not even an object
     c = draw(st.integers(0, 9))
-    op = (draw(st.sampled_from(sorted(OPS))) if c < 8 else
-          draw(st.sampled_from(["fft", "", "Conv2d"])) if c == 8 else draw(JUNK))
+    op = (
+        draw(st.sampled_from(sorted(OPS)))
+        if c < 8
+        else draw(st.sampled_from(["fft", "", "Conv2d"]))
+        if c == 8
+        else draw(JUNK)
+    )
     params = {}
-    for p in (OPS[op].params if isinstance(op, str) and op in OPS else []):
+    for p in OPS[op].params if isinstance(op, str) and op in OPS else []:
         if _rarely(draw, 8):
             continue  # missing (fine when optional)
         params[p.name] = draw(_value(p))
     if _rarely(draw, 15):
         params[draw(st.sampled_from(["size", "kernel_size", "M"]))] = 4  # unknown parameter
-    spec = {"name": draw(st.one_of(st.just(""), JUNK)) if _rarely(draw, 20) else "w",
-            "op": op, "params": draw(JUNK) if _rarely(draw, 20) else params}
+    spec = {
+        "name": draw(st.one_of(st.just(""), JUNK)) if _rarely(draw, 20) else "w",
+        "op": op,
+        "params": draw(JUNK) if _rarely(draw, 20) else params,
+    }
     if draw(st.booleans()):
-        spec["epilogue"] = draw(JUNK) if _rarely(draw, 6) else draw(st.lists(st.sampled_from([*EPILOGUES, "gelu"]),
-                                                                            max_size=3))
+        spec["epilogue"] = (
+            draw(JUNK) if _rarely(draw, 6) else draw(st.lists(st.sampled_from([*EPILOGUES, "gelu"]), max_size=3))
+        )
     if _rarely(draw, 10):
         spec["weight"] = draw(SIZE)
     if _rarely(draw, 20):
@@ -126,8 +151,15 @@ def test_random_tiny_accepted_specs_tune(spec):
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        s = TuningSession(w, target={"kind": "llvm", "num-cores": 1}, trials=3, trials_per_round=3,
-                          strategy="no-rewrite", db=os.path.join(d, "t.db"), seed=0)
+        s = TuningSession(
+            w,
+            target={"kind": "llvm", "num-cores": 1},
+            trials=3,
+            trials_per_round=3,
+            strategy="no-rewrite",
+            db=os.path.join(d, "t.db"),
+            seed=0,
+        )
         summ = s.run()
         assert summ["status"] == "finished" and summ["trials"] == 3, summ
         assert summ["verified"], s.records()[["error_class", "error_msg"]]
@@ -150,20 +182,25 @@ def one_line_error(r, needle):
 MM = {"name": "mm", "op": "matmul", "params": {"m": 8, "n": 8, "k": 8}}
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("[]", "lists no workloads"),
-    ("[1, 2]", "must be a JSON object"),
-    (json.dumps({"name": "mm", "op": "matmul", "params": {"m": "64", "n": 8, "k": 8}}), "'m' must be an integer"),
-    (json.dumps({"name": "mm", "op": "matmul", "params": {"m": -1, "n": 8, "k": 8}}), "'m'=-1 must be >= 1"),
-    (json.dumps({"name": "mm", "op": "matmul", "params": {"m": 8, "n": 8}}), "needs parameter 'k'"),
-    (json.dumps({"name": "mm", "op": "matmul", "params": [8, 8, 8]}), "'params' must be an object"),
-    (json.dumps([MM, MM]), "appears twice"),
-    (json.dumps({"name": "mm", "op": "matmul", "params": {"m": 2**40, "n": 2**40, "k": 2**40}}), "too large"),
-    (json.dumps({"name": "mm", "op": "matmul", "params": {"m": 2**20, "n": 2**20, "k": 2**20}}),
-     "GiB for its arguments"),
-    (json.dumps({"name": "mm", "op": [], "params": {}}), "unknown op []"),
-    ("\x00\xff garbage", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ("[]", "lists no workloads"),
+        ("[1, 2]", "must be a JSON object"),
+        (json.dumps({"name": "mm", "op": "matmul", "params": {"m": "64", "n": 8, "k": 8}}), "'m' must be an integer"),
+        (json.dumps({"name": "mm", "op": "matmul", "params": {"m": -1, "n": 8, "k": 8}}), "'m'=-1 must be >= 1"),
+        (json.dumps({"name": "mm", "op": "matmul", "params": {"m": 8, "n": 8}}), "needs parameter 'k'"),
+        (json.dumps({"name": "mm", "op": "matmul", "params": [8, 8, 8]}), "'params' must be an object"),
+        (json.dumps([MM, MM]), "appears twice"),
+        (json.dumps({"name": "mm", "op": "matmul", "params": {"m": 2**40, "n": 2**40, "k": 2**40}}), "too large"),
+        (
+            json.dumps({"name": "mm", "op": "matmul", "params": {"m": 2**20, "n": 2**20, "k": 2**20}}),
+            "GiB for its arguments",
+        ),
+        (json.dumps({"name": "mm", "op": [], "params": {}}), "unknown op []"),
+        ("\x00\xff garbage", "not valid JSON"),
+    ],
+)
 def test_spec_files_of_the_wrong_shape(tmp_path, content, needle):
     f = tmp_path / "spec.json"
     f.write_text(content, errors="surrogateescape") if isinstance(content, str) else f.write_bytes(content)
@@ -179,10 +216,16 @@ def test_pick_and_target_mistakes(tmp_path):
     # a list without --workload is a network (tuned together); resuming one is not supported
     one_line_error(cli("tune", "--spec", str(f), "--db", db, "--resume"), "--resume works for one workload")
     one_line_error(cli("tune", "--spec", str(f), "--workload", "mm3", "--db", db), "is not in")
-    one_line_error(cli("tune", "--spec", str(f), "--workload", "mm", "--db", db, "--target", '{"kind": "llvm", "num-cores": "two"}'),
-                   "invalid target")
-    one_line_error(cli("tune", "--spec", str(f), "--workload", "mm", "--db", db, "--target", "[1, 2]"),
-                   "must be 'host' or a JSON object")
+    one_line_error(
+        cli(
+            "tune", "--spec", str(f), "--workload", "mm", "--db", db, "--target", '{"kind": "llvm", "num-cores": "two"}'
+        ),
+        "invalid target",
+    )
+    one_line_error(
+        cli("tune", "--spec", str(f), "--workload", "mm", "--db", db, "--target", "[1, 2]"),
+        "must be 'host' or a JSON object",
+    )
 
 
 # ---------------------------------------------------------------- stores: corrupted, or holding code
@@ -190,15 +233,45 @@ def test_pick_and_target_mistakes(tmp_path):
 
 def _store_with_records(path, trace="{}", features=None, n=3):
     s = RecordStore(str(path))
-    sid = s.create_session(workload="mm", spec=MM, target={"kind": "llvm"}, preset="quick", preset_params={}, seed=0,
-                           trials=8, strategies=["no-rewrite"], strategy_arg="no-rewrite", versions={})
+    sid = s.create_session(
+        workload="mm",
+        spec=MM,
+        target={"kind": "llvm"},
+        preset="quick",
+        preset_params={},
+        seed=0,
+        trials=8,
+        strategies=["no-rewrite"],
+        strategy_arg="no-rewrite",
+        versions={},
+    )
     s.add_event(sid, "session_started", 0.0, 0.0, {"workload": "mm"})
     for i in range(1, n + 1):
-        rid = s.add_record({"session_id": sid, "workload": "mm", "trial": i, "round": 1, "strategy": "no-rewrite",
-                      "chosen_by": "controller", "trace": trace, "decisions": "[]", "mod_hash": f"{i:016x}",
-                      "run_secs": [1e-3], "latency_ms": float(i), "gflops": 1.0, "verified": True, "seed": 0,
-                      "proposed_at": 0.0, "measured_at": 0.0, "elapsed_s": float(i)}, features)
-        s.add_event(sid, "candidate_measured", float(i), float(i), {"record": {"id": rid, "trial": i}, "new_best": False})
+        rid = s.add_record(
+            {
+                "session_id": sid,
+                "workload": "mm",
+                "trial": i,
+                "round": 1,
+                "strategy": "no-rewrite",
+                "chosen_by": "controller",
+                "trace": trace,
+                "decisions": "[]",
+                "mod_hash": f"{i:016x}",
+                "run_secs": [1e-3],
+                "latency_ms": float(i),
+                "gflops": 1.0,
+                "verified": True,
+                "seed": 0,
+                "proposed_at": 0.0,
+                "measured_at": 0.0,
+                "elapsed_s": float(i),
+            },
+            features,
+        )
+        s.add_event(
+            sid, "candidate_measured", float(i), float(i), {"record": {"id": rid, "trial": i}, "new_best": False}
+        )
     s.close()
     return sid
 
@@ -216,8 +289,10 @@ def test_store_holding_code_never_runs_it(tmp_path):
     code = f"__import__('os').system('touch {marker}')"
     db = tmp_path / "evil.db"
     _store_with_records(db, trace=code)
-    RecordStore(str(db)).conn.execute("UPDATE records SET features=?, feature_rows=1, decisions=?, run_secs=?",
-                                      (pickle.dumps(Payload()), code, json.dumps([code])))
+    RecordStore(str(db)).conn.execute(
+        "UPDATE records SET features=?, feature_rows=1, decisions=?, run_secs=?",
+        (pickle.dumps(Payload()), code, json.dumps([code])),
+    )
     store = RecordStore(str(db), readonly=True)
     df = store.records(with_trace=True)
     assert list(df["trace"]) == [code] * 3  # read back as text, nothing more
@@ -248,8 +323,10 @@ def test_no_code_path_unpickles_or_evaluates():
     import re
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    banned = re.compile(r"\b(pickle\.loads?|cloudpickle\.loads?|marshal\.loads?|eval|exec|shelve\.open|"
-                        r"np\.load|numpy\.load)\s*\(|allow_pickle\s*=\s*True")
+    banned = re.compile(
+        r"\b(pickle\.loads?|cloudpickle\.loads?|marshal\.loads?|eval|exec|shelve\.open|"
+        r"np\.load|numpy\.load)\s*\(|allow_pickle\s*=\s*True"
+    )
     hits = []
     for pkg in ("workbench", "widgets"):
         for dirpath, _, files in os.walk(os.path.join(root, pkg)):

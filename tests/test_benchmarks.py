@@ -34,8 +34,15 @@ triad_gbs_all 25.5
 
 def test_parse_peak_converts_numbers_and_requires_the_key_figures():
     p = _report.parse_peak(PEAK_OUT + "garbage line with words\n")
-    assert p == {"isa": "avx2-fma", "lanes": 8, "threads": 2, "fma_gflops_1thread": 101.5, "fma_gflops_all": 200.25,
-                 "triad_gbs_1thread": 20.0, "triad_gbs_all": 25.5}
+    assert p == {
+        "isa": "avx2-fma",
+        "lanes": 8,
+        "threads": 2,
+        "fma_gflops_1thread": 101.5,
+        "fma_gflops_all": 200.25,
+        "triad_gbs_1thread": 20.0,
+        "triad_gbs_all": 25.5,
+    }
     with pytest.raises(ValueError, match="triad_gbs_all"):
         _report.parse_peak("fma_gflops_1thread 1\nfma_gflops_all 2\n")
 
@@ -54,24 +61,59 @@ def test_summarize_geomean_and_time_to_reach():
 
 def _result():
     def run(best, tl):
-        return {"measured": 4, "ok": 4, "failed": 0, "build_errors": 0, "run_errors": 0, "wall_seconds": 10.0,
-                "best_latency_ms": best, "timeline": tl}
+        return {
+            "measured": 4,
+            "ok": 4,
+            "failed": 0,
+            "build_errors": 0,
+            "run_errors": 0,
+            "wall_seconds": 10.0,
+            "best_latency_ms": best,
+            "timeline": tl,
+        }
 
     return {
-        "mode": "quick", "command": "make bench", "date": "2026-01-01 00:00 UTC", "machine": "test", "target": "{}",
-        "threads": 2, "versions": {"tvm": "x", "numpy": "y"}, "budgets": [4], "per_round": 2, "repeats": 3,
-        "names": ["A", "B"], "peak": _report.parse_peak(PEAK_OUT), "torch": {"torch": "t"},
-        "workloads": [{"name": "A", "op": "matmul", "flops": 2e9, "arg_shapes": [(10,)], "intensity": 50.0},
-                      {"name": "B", "op": "conv2d", "flops": 1e9, "arg_shapes": [(10,)], "intensity": 5.0}],
-        "runs": {"4": {
-            "A": {"workbench": run(1.0, [[1, 2.0], [2, 1.0]]), "ms-fastbuild": run(2.0, [[3, 4.0], [6, 2.0]])},
-            "B": {"workbench": run(1.0, [[1, 3.0], [2, 1.0]]), "ms-fastbuild": run(4.0, [[9, 4.0]]),
-                  "ms-stock": run(0.5, [[20, 0.5]])}}},
-        "remeasure": {"4": {"A": {"workbench": _report.summarize([1e-3]), "ms-fastbuild": _report.summarize([2e-3])},
-                            "B": {"workbench": _report.summarize([1e-3]), "ms-fastbuild": _report.summarize([4e-3]),
-                                  "ms-stock": _report.summarize([0.5e-3])}}},
-        "vendor": {"A": dict(_report.summarize([0.5e-3]), library="numpy/OpenBLAS"),
-                   "B": dict(_report.summarize([2e-3]), library="torch oneDNN nchw")},
+        "mode": "quick",
+        "command": "make bench",
+        "date": "2026-01-01 00:00 UTC",
+        "machine": "test",
+        "target": "{}",
+        "threads": 2,
+        "versions": {"tvm": "x", "numpy": "y"},
+        "budgets": [4],
+        "per_round": 2,
+        "repeats": 3,
+        "names": ["A", "B"],
+        "peak": _report.parse_peak(PEAK_OUT),
+        "torch": {"torch": "t"},
+        "workloads": [
+            {"name": "A", "op": "matmul", "flops": 2e9, "arg_shapes": [(10,)], "intensity": 50.0},
+            {"name": "B", "op": "conv2d", "flops": 1e9, "arg_shapes": [(10,)], "intensity": 5.0},
+        ],
+        "runs": {
+            "4": {
+                "A": {"workbench": run(1.0, [[1, 2.0], [2, 1.0]]), "ms-fastbuild": run(2.0, [[3, 4.0], [6, 2.0]])},
+                "B": {
+                    "workbench": run(1.0, [[1, 3.0], [2, 1.0]]),
+                    "ms-fastbuild": run(4.0, [[9, 4.0]]),
+                    "ms-stock": run(0.5, [[20, 0.5]]),
+                },
+            }
+        },
+        "remeasure": {
+            "4": {
+                "A": {"workbench": _report.summarize([1e-3]), "ms-fastbuild": _report.summarize([2e-3])},
+                "B": {
+                    "workbench": _report.summarize([1e-3]),
+                    "ms-fastbuild": _report.summarize([4e-3]),
+                    "ms-stock": _report.summarize([0.5e-3]),
+                },
+            }
+        },
+        "vendor": {
+            "A": dict(_report.summarize([0.5e-3]), library="numpy/OpenBLAS"),
+            "B": dict(_report.summarize([2e-3]), library="torch oneDNN nchw"),
+        },
         "verification": {"4|A|workbench": {"verified": True}, "4|B|ms-stock": {"verified": False}},
     }
 
@@ -81,7 +123,11 @@ def test_derive_compares_at_equal_trials_and_reads_time_to_quality():
     d = _report.derive(res)
     a, b = d["rows"]
     assert a["speedup_vs_ms-fastbuild"] == pytest.approx(2.0)
-    assert a["t_ms_ms-fastbuild"] == 6 and a["t_wb_ms-fastbuild"] == 1 and a["time_ratio_ms-fastbuild"] == pytest.approx(1 / 6)
+    assert (
+        a["t_ms_ms-fastbuild"] == 6
+        and a["t_wb_ms-fastbuild"] == 1
+        and a["time_ratio_ms-fastbuild"] == pytest.approx(1 / 6)
+    )
     assert a["wb_vs_vendor"] == pytest.approx(0.5)  # 2000 GFLOPS vs 4000
     assert b["speedup_vs_ms-stock"] == pytest.approx(0.5)
     assert b["t_wb_ms-stock"] is None and b["time_ratio_ms-stock"] is None  # never reached stock's best
@@ -103,9 +149,11 @@ def test_markdown_states_every_target_and_flags_wrong_kernels():
 
 def test_protocol_worker_round_trip_and_errors(tmp_path):
     script = tmp_path / "w.py"
-    script.write_text("import sys\nsys.path.insert(0, %r)\nimport _protocol\n"
-                      "_protocol.serve({'add': lambda m: m['a'] + m['b'], 'boom': lambda m: 1 / 0})\n"
-                      % os.path.dirname(_protocol.__file__))
+    script.write_text(
+        "import sys\nsys.path.insert(0, %r)\nimport _protocol\n"
+        "_protocol.serve({'add': lambda m: m['a'] + m['b'], 'boom': lambda m: 1 / 0})\n"
+        % os.path.dirname(_protocol.__file__)
+    )
     w = _protocol.Worker([sys.executable, str(script)])
     try:
         assert w.call("add", a=1, b=2) == 3
@@ -122,7 +170,16 @@ def test_conv_spec_gives_torch_the_workloads_shapes():
 
     reg = registry()
     assert performance.conv_spec(reg.get("resnet18.conv5")) == {
-        "name": "resnet18.conv5", "ci": 128, "h": 28, "w": 28, "co": 128, "k": 3, "stride": 1, "pad": 1, "groups": 1}
+        "name": "resnet18.conv5",
+        "ci": 128,
+        "h": 28,
+        "w": 28,
+        "co": 128,
+        "k": 3,
+        "stride": 1,
+        "pad": 1,
+        "groups": 1,
+    }
     dw = performance.conv_spec(reg.get("mobilenet_v2.dw144_56_s1"))
     assert dw["groups"] == dw["ci"] == dw["co"] == 144
     assert performance.conv_spec(reg.get("GMM.2")) is None
@@ -167,8 +224,9 @@ def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, 
     assert e.value.code == 3
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert err.startswith("benchmark refused: the machine is not quiet before tuning resnet18.conv2: other processes "
-                          "use ")
+    assert err.startswith(
+        "benchmark refused: the machine is not quiet before tuning resnet18.conv2: other processes use "
+    )
     assert "--force" in err and any(f"pid {p.pid} " in err for p in hogs)
     cores = float(re.search(r"use ([0-9.]+) cores", err).group(1))
     assert cores > _quiet.noise.NoisePolicy().max_other_cores
@@ -188,8 +246,11 @@ def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, 
 def test_protocol_is_valid_on_a_quiet_machine_and_records_run_facts(monkeypatch):
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.01))
     probes = iter([1.0, 1.0, 1.05, 1.1])  # phase "start", probe before, phase "tuning x", probe after
-    monkeypatch.setattr(_quiet, "probe_reading", lambda threads: {"median_ms": next(probes), "spread": 0.02,
-                                                                  "wait_fraction": 0.0, "threads": threads})
+    monkeypatch.setattr(
+        _quiet,
+        "probe_reading",
+        lambda threads: {"median_ms": next(probes), "spread": 0.02, "wait_fraction": 0.0, "threads": threads},
+    )
     p = _quiet.Protocol("test", 2, force=False, seconds=0.1, reference=None)
     p.start()
     p.phase("tuning x")
@@ -210,8 +271,11 @@ def test_protocol_run_that_started_on_a_slow_host_is_invalid_in_hindsight(monkey
     # then, and only the probe after the run shows how fast the host really is
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
     probes = iter([0.74, 0.74, 0.72, 0.50])  # phase "start", probe before, phase "tuning x", probe after
-    monkeypatch.setattr(_quiet, "probe_reading", lambda threads: {"median_ms": next(probes), "spread": 0.02,
-                                                                  "wait_fraction": 0.0, "threads": threads})
+    monkeypatch.setattr(
+        _quiet,
+        "probe_reading",
+        lambda threads: {"median_ms": next(probes), "spread": 0.02, "wait_fraction": 0.0, "threads": threads},
+    )
     ref = str(tmp_path / "probe_reference.json")
     p = _quiet.Protocol("test", 2, seconds=0.01, reference=ref)
     p.start()
@@ -226,9 +290,15 @@ def test_protocol_run_that_started_on_a_slow_host_is_invalid_in_hindsight(monkey
 
 def test_protocol_stops_between_phases_after_a_bounded_wait(monkeypatch, capsys):
     loads = itertools.chain([0.0], itertools.repeat(1.5))
-    monkeypatch.setattr(_quiet.noise, "machine_load",
-                        lambda seconds, exclude=None, top=3: {"other_cores": next(loads), "seconds": seconds,
-                                                              "processes": [{"pid": 7, "name": "hog", "cores": 1.5}]})
+    monkeypatch.setattr(
+        _quiet.noise,
+        "machine_load",
+        lambda seconds, exclude=None, top=3: {
+            "other_cores": next(loads),
+            "seconds": seconds,
+            "processes": [{"pid": 7, "name": "hog", "cores": 1.5}],
+        },
+    )
     p = _quiet.Protocol("test", 2, force=False, seconds=0.01, wait_s=0.05, reference=None)
     p._probe_once = lambda: {"median_ms": 1.0}
     p.phase("start")
@@ -346,11 +416,16 @@ def test_performance_times_each_library_alone_one_process_after_another(monkeypa
 
     monkeypatch.setattr(performance._protocol, "Worker", FakeWorker)
     monkeypatch.setattr(performance._quiet, "quiesce", lambda *a, **k: events.append(("quiesce",)))
-    runs = {"4": {"GMM.2": {"workbench": {"best_trace": "t1"}, "ms-fastbuild": {"best_trace": "t2"}},
-                  "resnet18.conv5": {"workbench": {"best_trace": "t3"}, "ms-fastbuild": {"best_trace": None}}}}
+    runs = {
+        "4": {
+            "GMM.2": {"workbench": {"best_trace": "t1"}, "ms-fastbuild": {"best_trace": "t2"}},
+            "resnet18.conv5": {"workbench": {"best_trace": "t3"}, "ms-fastbuild": {"best_trace": None}},
+        }
+    }
     result = {"runs": runs, "names": ["GMM.2", "resnet18.conv5"], "remeasure": {}, "vendor": {}}
-    performance.remeasure(result, str(tmp_path), {"num-cores": 2}, 2, 3, str(tmp_path / "no-torch"),
-                          _FakeProtocol(events))
+    performance.remeasure(
+        result, str(tmp_path), {"num-cores": 2}, 2, 3, str(tmp_path / "no-torch"), _FakeProtocol(events)
+    )
     one = [("quiesce",), None, ("start", "tvm"), ("setup",), ("time",), ("close",)]
     libs = ["workbench", "ms-fastbuild", "numpy/OpenBLAS"]
     expected = [("probe", "before timing")]

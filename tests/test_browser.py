@@ -19,8 +19,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 @pytest.fixture
 def lab(tmp_path):
     """A JupyterLab server on 127.0.0.1 serving a copy of notebooks/, with a token; stopped afterwards."""
-    env = {"WORKBENCH_TRIALS": os.environ.get("WORKBENCH_BROWSER_TRIALS", "64"), "WORKBENCH_WORKLOAD": "matmul-128",
-           "WORKBENCH_INTERACTIVE": "1"}
+    env = {
+        "WORKBENCH_TRIALS": os.environ.get("WORKBENCH_BROWSER_TRIALS", "64"),
+        "WORKBENCH_WORKLOAD": "matmul-128",
+        "WORKBENCH_INTERACTIVE": "1",
+    }
     with serve_notebooks(str(tmp_path), env) as (url, token):
         yield url, token
 
@@ -37,8 +40,10 @@ def _wait(cond, timeout, what):
 
 def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
-                    "`playwright install` cannot download browsers on the project's machines")
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
+            "`playwright install` cannot download browsers on the project's machines"
+        )
     from playwright.sync_api import sync_playwright
 
     url, token = lab
@@ -49,18 +54,23 @@ def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
         try:
             page.goto(f"{url}/lab/tree/01_quickstart.ipynb?token={token}&reset")
             page.wait_for_selector(".jp-Notebook", timeout=90_000)
-            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                                   " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
-                                   " === 'idle'", timeout=90_000)
+            page.wait_for_function(
+                "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                " && window.jupyterapp.shell.currentWidget.sessionContext"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+                " === 'idle'",
+                timeout=90_000,
+            )
             # not awaited: the promise resolves only when every cell has run
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
             start = page.locator(".jp-OutputArea-output .widget-button", has_text="Start").first
             start.wait_for(state="visible", timeout=120_000)
-            dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-button", has_text="Start")).first
+            dash = (
+                page.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-button", has_text="Start")).first
+            )
             plot = dash.locator(".js-plotly-plot").first
             plot.wait_for(state="visible", timeout=60_000)
             status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731

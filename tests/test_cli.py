@@ -10,8 +10,9 @@ from .shapes import SMALL
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
 
 
 def _one_line_error(r, needle):
@@ -37,7 +38,9 @@ def test_user_mistakes(tmp_path):
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"name": "x", "op": ')
     bad_shape = tmp_path / "shape.json"
-    bad_shape.write_text(json.dumps({"name": "x", "op": "conv2d", "params": dict(SMALL["conv_nhwc"]["params"], kernel=99)}))
+    bad_shape.write_text(
+        json.dumps({"name": "x", "op": "conv2d", "params": dict(SMALL["conv_nhwc"]["params"], kernel=99)})
+    )
     unknown_op = tmp_path / "op.json"
     unknown_op.write_text(json.dumps({"name": "x", "op": "fft", "params": {}}))
     foreign = tmp_path / "foreign.db"
@@ -54,7 +57,9 @@ def test_user_mistakes(tmp_path):
     _one_line_error(cli("tune", "matmul-128", "--target", '{"kind": "cuda"}', "--db", db), "only CPU targets")
     _one_line_error(cli("tune", "matmul-128", "--trials", "-4", "--db", db), "must be at least 1")
     _one_line_error(cli("tune", "matmul-128", "--preset", "turbo", "--db", db), "unknown preset 'turbo'")
-    _one_line_error(cli("tune", "matmul-128", "--strategy", "sideways", "--db", db), "unknown layout strategy 'sideways'")
+    _one_line_error(
+        cli("tune", "matmul-128", "--strategy", "sideways", "--db", db), "unknown layout strategy 'sideways'"
+    )
     _one_line_error(cli("tune", "matmul-128", "--db", str(foreign)), "not a workbench records store")
     _one_line_error(cli("tune", "matmul-128", "--resume", "--db", db), "nothing to resume")
     _one_line_error(cli("show", str(tmp_path / "nope.db")), "does not exist")
@@ -68,12 +73,34 @@ def test_tune_json_show_best(tmp_path):
     spec = tmp_path / "mm.json"
     spec.write_text(json.dumps(SMALL["matmul"]))
     db = str(tmp_path / "r.db")
-    r = cli("tune", "--spec", str(spec), "--trials", "16", "--trials-per-round", "8", "--strategy", "no-rewrite",
-            "--db", db, "--json")
+    r = cli(
+        "tune",
+        "--spec",
+        str(spec),
+        "--trials",
+        "16",
+        "--trials-per-round",
+        "8",
+        "--strategy",
+        "no-rewrite",
+        "--db",
+        db,
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    for k in ("workload", "trials", "best_latency_ms", "best_gflops", "naive_latency_ms", "verified", "tuning_seconds",
-              "db", "strategies", "best_strategy"):
+    for k in (
+        "workload",
+        "trials",
+        "best_latency_ms",
+        "best_gflops",
+        "naive_latency_ms",
+        "verified",
+        "tuning_seconds",
+        "db",
+        "strategies",
+        "best_strategy",
+    ):
         assert k in out
     assert out["trials"] == 16 and out["verified"] and out["best_latency_ms"] < out["naive_latency_ms"]
     assert "trial" in r.stderr  # the progress bar
@@ -102,9 +129,25 @@ def test_ctrl_c_stops_after_the_candidate_in_flight_and_a_running_session_cannot
 
     db = str(tmp_path / "c.db")
     # Its own process group, as a terminal's foreground job: Ctrl-C reaches the CLI and every worker it started.
-    p = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", "matmul-128", "--trials", "64", "--db", db,
-                          "--quiet", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "tune",
+            "matmul-128",
+            "--trials",
+            "64",
+            "--db",
+            db,
+            "--quiet",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 300
         while True:

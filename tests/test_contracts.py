@@ -239,8 +239,9 @@ def test_make_runner_passes_a_runner_through_and_rejects_a_bad_url(pools):
 
 # ---------------------------------------------------------------- CostModel
 
-COST_MODELS = {"pack-sum-xgb": lambda: cost_model.PackSumXGB(seed=0, max_rounds=100, early_stop=10, warmup=8,
-                                                              nthread=1)}
+COST_MODELS = {
+    "pack-sum-xgb": lambda: cost_model.PackSumXGB(seed=0, max_rounds=100, early_stop=10, warmup=8, nthread=1)
+}
 
 
 @pytest.fixture(params=sorted(COST_MODELS))
@@ -250,8 +251,9 @@ def model(request):
 
 def _programs(rng, n):
     """n programs (1-3 feature rows each) and their throughput: a sum over rows, as pack-sum assumes."""
-    progs = [rng.uniform(0, 1, size=(int(rng.integers(1, 4)), cost_model.N_FEATURES)).astype(np.float32)
-             for _ in range(n)]
+    progs = [
+        rng.uniform(0, 1, size=(int(rng.integers(1, 4)), cost_model.N_FEATURES)).astype(np.float32) for _ in range(n)
+    ]
     return progs, np.array([float((0.1 + 3 * p[:, 0] + p[:, 1] ** 2).sum()) for p in progs])
 
 
@@ -376,15 +378,26 @@ def test_layout_strategy_deploy_inputs_are_what_its_kernel_computes_the_referenc
 
 # ---------------------------------------------------------------- SessionView (what widgets/ may use)
 
-DEMO_DB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "data",
-                       "demo_session.db")
+DEMO_DB = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "notebooks", "data", "demo_session.db"
+)
 
 
 def _tuning_session(tmp_path):
     from workbench import TuningSession
 
-    return TuningSession(SMALL["matmul"], trials=4, trials_per_round=4, strategy="auto", db=str(tmp_path / "v.db"),
-                         population=16, generations=1, init_min_unmeasured=4, noise="off", confirm_rounds=0)
+    return TuningSession(
+        SMALL["matmul"],
+        trials=4,
+        trials_per_round=4,
+        strategy="auto",
+        db=str(tmp_path / "v.db"),
+        population=16,
+        generations=1,
+        init_min_unmeasured=4,
+        noise="off",
+        confirm_rounds=0,
+    )
 
 
 def _replay_session(tmp_path):
@@ -448,7 +461,8 @@ def test_the_tvm_internals_the_workbench_relies_on_are_there():
     from tvm.support.popen_pool import PopenWorker
 
     assert tvm_private.missing() == [], (
-        f"the installed TVM lacks {tvm_private.missing()}: workbench/tvm_private.py must be adapted to it")
+        f"the installed TVM lacks {tvm_private.missing()}: workbench/tvm_private.py must be adapted to it"
+    )
     assert "timeout" in inspect.signature(PopenWorker.send).parameters, (
-        "tvm.support.popen_pool.PopenWorker.send has no per-call timeout: measure.WorkerProcess must be adapted")
-
+        "tvm.support.popen_pool.PopenWorker.send has no per-call timeout: measure.WorkerProcess must be adapted"
+    )

@@ -13,8 +13,7 @@ S = ["no-rewrite", "transform-stage", "pre-transformed"]
 
 def _round(c, lat_ms, prev_best_ms, trials=16, pred=None, trained=False):
     d = c.choose()
-    pruned = c.observe(d.strategy, lat_ms,
-                       prev_best_ms, trials, pred, trained)
+    pruned = c.observe(d.strategy, lat_ms, prev_best_ms, trials, pred, trained)
     return d, pruned
 
 
@@ -172,6 +171,7 @@ def test_uniform_policy_mixes_every_arm_reproducibly_and_never_prunes():
             out.append(d.strategy)
             c.observe(d.strategy, (1.0 if d.strategy == "no-rewrite" else 9.0) * 1e-3, 1e-3, 8)
         return out, c
+
     a, c = picks(0)
     assert a == picks(0)[0] and a != picks(1)[0]
     counts = [a.count(s) for s in S]

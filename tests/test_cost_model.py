@@ -58,8 +58,9 @@ def test_feature_reuse_returns_the_same_rows_and_hits_on_repeats():
     w = registry().get("matmul-128")
     schs = [s for s in (space.annotate(w, 0, seed) for seed in range(1, 8)) if s is not None][:3]
     cands = [ms.MeasureCandidate(s, ms.arg_info.ArgInfo.from_prim_func(w.mod["main"])) for s in schs]
-    ctx = space.tune_context(w, tvm_env.make_target(tvm_env.host_target_dict()), "no-rewrite", presets.get("quick"),
-                             seed=0, search=False)
+    ctx = space.tune_context(
+        w, tvm_env.make_target(tvm_env.host_target_dict()), "no-rewrite", presets.get("quick"), seed=0, search=False
+    )
     plain = cost_model.Featurizer(ctx, reuse=False)(ctx, cands, "no-rewrite")
     f = cost_model.Featurizer(ctx)
     first = f(ctx, cands, "no-rewrite")

@@ -45,8 +45,7 @@ def bad_modules():
         for i, j, k in T.grid(100000, 100000, 100000):
             B[(i + j + k) % 16] = B[(i * j + k) % 16] + A[k % 16]
 
-    return (tvm.IRModule({"main": good}), tvm.IRModule({"main": segv}), tvm.IRModule({"main": hang}),
-            [(16,), (16,)])
+    return (tvm.IRModule({"main": good}), tvm.IRModule({"main": segv}), tvm.IRModule({"main": hang}), [(16,), (16,)])
 
 
 def test_segfaulting_and_hanging_kernels_kill_only_themselves():
@@ -78,16 +77,32 @@ def test_segfaulting_and_hanging_kernels_kill_only_themselves():
 
 
 def _tune_cmd(spec, db, trials=16):
-    return [sys.executable, "-m", "workbench.cli", "tune", "--spec", str(spec), "--trials", str(trials),
-            "--trials-per-round", "4", "--strategy", "no-rewrite", "--db", str(db), "--quiet"]
+    return [
+        sys.executable,
+        "-m",
+        "workbench.cli",
+        "tune",
+        "--spec",
+        str(spec),
+        "--trials",
+        str(trials),
+        "--trials-per-round",
+        "4",
+        "--strategy",
+        "no-rewrite",
+        "--db",
+        str(db),
+        "--quiet",
+    ]
 
 
 def _start_tuning(tmp_path, until_records=4):
     spec = tmp_path / "mm.json"
     spec.write_text(json.dumps(SMALL["matmul"]))
     db = tmp_path / "r.db"
-    p = subprocess.Popen(_tune_cmd(spec, db), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        _tune_cmd(spec, db), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     deadline = time.time() + 240
     while time.time() < deadline:
         time.sleep(0.3)
@@ -145,8 +160,17 @@ def test_store_locked_by_another_process_mid_session(tmp_path):
 
         with pytest.raises(StoreLockedError, match="locked by another process"):
             RecordStore(str(db), timeout=0.5).create_session(
-                workload="x", spec={}, target={}, preset="quick", preset_params={}, seed=0, trials=1, strategies=[],
-                strategy_arg="auto", versions={})
+                workload="x",
+                spec={},
+                target={},
+                preset="quick",
+                preset_params={},
+                seed=0,
+                trials=1,
+                strategies=[],
+                strategy_arg="auto",
+                versions={},
+            )
     finally:
         locker.kill()
         locker.wait()
@@ -191,8 +215,9 @@ def test_workers_survive_the_terminals_ctrl_c():
         good_mod, _segv, _hang, shapes = bad_modules()
         [good] = b.build([good_mod])
         assert r.run(good.path, shapes).error_class is None
-        workers = [c for c in psutil.Process().children(recursive=True)
-                   if any("popen_worker" in a for a in c.cmdline())]
+        workers = [
+            c for c in psutil.Process().children(recursive=True) if any("popen_worker" in a for a in c.cmdline())
+        ]
         assert len(workers) >= 2
         for w in workers:
             os.kill(w.pid, signal.SIGINT)

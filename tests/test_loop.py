@@ -47,8 +47,20 @@ def test_optional_fields_stay_out_of_the_stored_form_and_unknown_keys_are_ignore
     p = ev.MeasurementNoise(source="timing", state="marked", trial=4, wait_fraction=0.2)
     assert p.to_data() == {"source": "timing", "state": "marked", "trial": 4, "wait_fraction": 0.2}
     # a required field that is None is kept: it says something (no valid program yet)
-    assert ev.RoundFinished(round=1, strategy="s", measured=0, errors=0, round_best_ms=None, best_ms=None, pruned=[],
-                            controller={}, phase_seconds={}).to_data()["round_best_ms"] is None
+    assert (
+        ev.RoundFinished(
+            round=1,
+            strategy="s",
+            measured=0,
+            errors=0,
+            round_best_ms=None,
+            best_ms=None,
+            pruned=[],
+            controller={},
+            phase_seconds={},
+        ).to_data()["round_best_ms"]
+        is None
+    )
     back = ev.Event("measurement_noise", 1, 0, 0, dict(p.to_data(), from_a_newer_version=1)).payload
     assert back == p
     assert ev.Event("a_kind_from_elsewhere", 1, 0, 0, {}).payload is None
@@ -70,6 +82,7 @@ def test_no_key_changes_type_between_event_kinds():
 
 
 # ---------------------------------------------------------------- the steps, with stand-ins where TVM is not needed
+
 
 class _Workload:
     name = "wl"
@@ -103,8 +116,18 @@ def _proposal(i: int):
 @pytest.fixture()
 def store(tmp_path):
     s = RecordStore(str(tmp_path / "r.db"))
-    sid = s.create_session(workload="wl", spec={}, target={}, preset="quick", preset_params={}, seed=0, trials=8,
-                           strategies=["a", "b"], strategy_arg="a,b", versions={})
+    sid = s.create_session(
+        workload="wl",
+        spec={},
+        target={},
+        preset="quick",
+        preset_params={},
+        seed=0,
+        trials=8,
+        strategies=["a", "b"],
+        strategy_arg="a,b",
+        versions={},
+    )
     return s, sid
 
 
@@ -123,8 +146,16 @@ def test_record_writes_before_it_announces_and_only_a_verified_program_becomes_b
 
     record = loop.Record(s, sid, _Workload(), 0, state, builder, emit)
     kw = dict(round=1, proposed_at=0.0, elapsed_s=0.0, keep_artifact=True)
-    fast_wrong = record(_proposal(0), "a", "controller", _timing(1.0),
-                        loop.Verdict(1.0, False, "wrong-result", "max abs diff 3"), trial=1, path="p0", **kw)
+    fast_wrong = record(
+        _proposal(0),
+        "a",
+        "controller",
+        _timing(1.0),
+        loop.Verdict(1.0, False, "wrong-result", "max abs diff 3"),
+        trial=1,
+        path="p0",
+        **kw,
+    )
     assert fast_wrong["error_class"] == "wrong-result" and not fast_wrong["is_best"] and state.best is None
     assert fast_wrong["latency_ms"] == 1.0  # its timing is kept for the record, never ranked
     first = record(_proposal(1), "a", "controller", _timing(2.0), loop.Verdict(2.0, True), trial=2, path="p1", **kw)
@@ -180,8 +211,9 @@ def test_confirm_remeasures_the_incumbents_and_reranks(store):
     stored = s.records(session_id=sid).set_index("id")
     assert stored.loc[a["id"], "latency_ms"] == pytest.approx(1.4)
     assert {p.record_id for p in said} == {a["id"], b["id"]} and all(p.KIND == "best_remeasured" for p in said)
-    assert loop.Confirm(guard, 0, _Workload(), s, state, said.append)("b", "pc", [], first_ms=0.9) == \
-        loop.Verdict(0.9, True)
+    assert loop.Confirm(guard, 0, _Workload(), s, state, said.append)("b", "pc", [], first_ms=0.9) == loop.Verdict(
+        0.9, True
+    )
 
 
 class _Model:

@@ -66,8 +66,13 @@ def _env(tmp_path) -> dict:
     env.pop("WAYLAND_DISPLAY", None)
     env["BROWSER"] = "true"
     # the user's own Jupyter config, settings and runtime files stay out of it (and untouched)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                     ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
+    for var, sub in (
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_DATA_DIR", "data"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+    ):
         env[var] = str(tmp_path / sub)
     return env
 
@@ -82,9 +87,17 @@ def test_make_lab_as_written_in_the_readme(tmp_path):
         subprocess.run(["make", "install"], cwd=ROOT, env=env, check=True)
 
     port = _free_port()
-    proc = subprocess.Popen(["make", "lab", f"LAB_PORT={port}"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "lab", f"LAB_PORT={port}"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
     pgid = proc.pid
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)

@@ -52,8 +52,9 @@ def test_two_workloads_share_pools_and_model_and_report_the_network_latency(tmp_
 
 
 def test_network_pause_resume_stop_from_another_thread(tmp_path):
-    s = NetworkSession([SMALL["conv_nhwc"], SMALL["matmul"]], trials=64, db=str(tmp_path / "n.db"),
-                       strategy="no-rewrite", **TINY)
+    s = NetworkSession(
+        [SMALL["conv_nhwc"], SMALL["matmul"]], trials=64, db=str(tmp_path / "n.db"), strategy="no-rewrite", **TINY
+    )
     kinds = []
 
     def on(e):
@@ -82,9 +83,27 @@ def test_network_pause_resume_stop_from_another_thread(tmp_path):
 def test_cli_tunes_a_spec_file_with_weights(tmp_path):
     spec = tmp_path / "net.json"
     spec.write_text(json.dumps({"workloads": [dict(SMALL["conv_nhwc"], weight=2), SMALL["depthwise"]]}))
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", "--spec", str(spec), "--trials", "8",
-                        "--trials-per-round", "4", "--db", str(tmp_path / "c.db"),  # default strategy: auto
-                        "--json", "--quiet"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "tune",
+            "--spec",
+            str(spec),
+            "--trials",
+            "8",
+            "--trials-per-round",
+            "4",
+            "--db",
+            str(tmp_path / "c.db"),  # default strategy: auto
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["network"] == "net" and out["trials"] == 8

@@ -92,11 +92,19 @@ def test_spread_cv_and_describe():
     assert noise.spread([1.0, 1.1, 0.9]) == pytest.approx(0.2)
     assert noise.spread([1.0]) is None and noise.cv([2.0]) is None
     assert noise.cv([1.0, 1.0, 1.0]) == 0.0
-    line = noise.describe({"source": "load", "state": "waiting", "why": "trial 3", "other_cores": 1.0,
-                           "processes": [{"pid": 7, "name": "hog", "cores": 0.98}]})
+    line = noise.describe(
+        {
+            "source": "load",
+            "state": "waiting",
+            "why": "trial 3",
+            "other_cores": 1.0,
+            "processes": [{"pid": 7, "name": "hog", "cores": 0.98}],
+        }
+    )
     assert "waiting for a quiet machine" in line and "hog (pid 7)" in line
-    line = noise.describe({"source": "timing", "state": "remeasured", "trial": 4, "first_ms": 2.0,
-                           "remeasured_ms": 1.0})
+    line = noise.describe(
+        {"source": "timing", "state": "remeasured", "trial": 4, "first_ms": 2.0, "remeasured_ms": 1.0}
+    )
     assert "trial 4" in line and "2 -> 1 ms" in line
 
 
@@ -154,10 +162,21 @@ def test_probe_baseline_is_the_usual_best_not_one_lucky_reading():
     # A host that varies (a VM): one reading at 0.35 ms, the rest around 0.45. Against the fastest reading every
     # round would count as drifted; against the session's usual best only a real slow-down does.
     said = []
-    runner = _ProbeRunner([0.45,  # warm-up
-                           0.35, 0.45, 0.46, 0.44, 0.47,  # the start's readings
-                           0.47, 0.44, 0.48, 0.43,  # usual rounds
-                           0.60])  # a slow spell: +30 %
+    runner = _ProbeRunner(
+        [
+            0.45,  # warm-up
+            0.35,
+            0.45,
+            0.46,
+            0.44,
+            0.47,  # the start's readings
+            0.47,
+            0.44,
+            0.48,
+            0.43,  # usual rounds
+            0.60,
+        ]
+    )  # a slow spell: +30 %
     guard = noise.NoiseGuard(noise.NoisePolicy(mode="mark"), runner, _ProbeBuilder(), said.append)
     guard.start()
     assert 0.40 < guard.baseline_ms < 0.46, guard.baseline_ms
@@ -167,8 +186,12 @@ def test_probe_baseline_is_the_usual_best_not_one_lucky_reading():
     assert len(drift) == 1 and drift[0].state == "drift" and drift[0].probe_ms == 0.6
     assert set(runner.repeats) == {noise.NoisePolicy().probe_repeats}  # each reading a median of several windows
     # a steady host keeps the fastest reading as its baseline, as before
-    steady = noise.NoiseGuard(noise.NoisePolicy(mode="mark"), _ProbeRunner([0.5, 0.50, 0.50, 0.51, 0.50, 0.50, 0.60]),
-                              _ProbeBuilder(), lambda p: None)
+    steady = noise.NoiseGuard(
+        noise.NoisePolicy(mode="mark"),
+        _ProbeRunner([0.5, 0.50, 0.50, 0.51, 0.50, 0.50, 0.60]),
+        _ProbeBuilder(),
+        lambda p: None,
+    )
     steady.start()
     assert steady.baseline_ms == 0.5 and steady.check_probe("after round") is True
 
@@ -178,8 +201,9 @@ def test_bad_noise_settings_are_one_line_errors():
         get_preset("quick", noise="sometimes")
     with pytest.raises(WorkbenchError, match="confirm_rounds"):
         get_preset("quick", confirm_rounds=-1)
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", "tune", "matmul-128", "--noise", "loud"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "tune", "matmul-128", "--noise", "loud"], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "invalid choice" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -188,9 +212,11 @@ def _v1_store(path):
     s = RecordStore(str(path))
     s.close()
     c = sqlite3.connect(str(path))
-    c.executescript("ALTER TABLE records DROP COLUMN noisy; ALTER TABLE records DROP COLUMN noise;"
-                    "ALTER TABLE records DROP COLUMN cv; ALTER TABLE records DROP COLUMN confirm_secs;"
-                    "ALTER TABLE records DROP COLUMN confirm_spread; PRAGMA user_version=1;")
+    c.executescript(
+        "ALTER TABLE records DROP COLUMN noisy; ALTER TABLE records DROP COLUMN noise;"
+        "ALTER TABLE records DROP COLUMN cv; ALTER TABLE records DROP COLUMN confirm_secs;"
+        "ALTER TABLE records DROP COLUMN confirm_spread; PRAGMA user_version=1;"
+    )
     c.close()
 
 
@@ -203,7 +229,8 @@ def test_schema_1_store_reads_read_only_and_upgrades_for_writing(tmp_path):
     rw = RecordStore(str(p))
     assert rw.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert {"noisy", "noise", "cv", "confirm_secs", "confirm_spread"} <= {
-        r[1] for r in rw.conn.execute("PRAGMA table_info(records)")}
+        r[1] for r in rw.conn.execute("PRAGMA table_info(records)")
+    }
 
 
 def test_store_of_a_newer_schema_is_refused(tmp_path):
@@ -255,8 +282,9 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path, monk
     # Processes an earlier test left winding down would disturb the re-time this test expects to be clean.
     assert noise.wait_for_quiet(noise.NoisePolicy(max_wait_s=60))["quiet"]
     db = str(tmp_path / "w.db")
-    s = TuningSession(SMALL["matmul"], trials=8, trials_per_round=8, db=db, strategy="no-rewrite",
-                      noise="wait", confirm_rounds=2)
+    s = TuningSession(
+        SMALL["matmul"], trials=8, trials_per_round=8, db=db, strategy="no-rewrite", noise="wait", confirm_rounds=2
+    )
     hogs = []
     events = []
 
@@ -279,8 +307,9 @@ def test_session_waits_for_quiet_and_retimes_what_a_hog_disturbed(tmp_path, monk
     # the machine was still not quiet enough (on a VM whose host drifts, the first timing after the hogs stop can
     # see a 10 % run-queue wait): the session must have waited and re-timed either way.
     retimes = [d for d in noise_events if "remeasured_ms" in d]
-    assert states[:3] == ["noisy", "waiting", "quiet"] and retimes, \
-        [(d["state"], noise.describe(d)) for d in noise_events]
+    assert states[:3] == ["noisy", "waiting", "quiet"] and retimes, [
+        (d["state"], noise.describe(d)) for d in noise_events
+    ]
     assert s.status == "finished" and s.trials_done == 8
     rec = s.records().set_index("trial")
     # what the hog disturbed was waited for and re-timed, not recorded as is: clean when re-timed clean, else marked

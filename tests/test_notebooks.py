@@ -13,8 +13,13 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
 def test_there_are_notebooks():
     names = {os.path.basename(p) for p in NOTEBOOKS}
-    assert {"01_quickstart.ipynb", "02_adaptive_layout.ipynb", "03_cost_model_debugging.ipynb",
-            "04_sketch_and_annotation.ipynb", "05_transfer_tuning.ipynb"} <= names
+    assert {
+        "01_quickstart.ipynb",
+        "02_adaptive_layout.ipynb",
+        "03_cost_model_debugging.ipynb",
+        "04_sketch_and_annotation.ipynb",
+        "05_transfer_tuning.ipynb",
+    } <= names
 
 
 @pytest.mark.slow
@@ -27,8 +32,9 @@ def test_notebook_runs(path, monkeypatch, tmp_path):
     monkeypatch.delenv("WORKBENCH_INTERACTIVE", raising=False)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' databases land in this test's tmp dir
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": os.path.dirname(path)}})
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": os.path.dirname(path)}}
+    )
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors

@@ -28,9 +28,33 @@ def test_extraction_finds_resnet_tasks_with_multiplicities():
 @pytest.mark.slow
 def test_tiny_budget_tunes_compiles_and_matches_untuned(tmp_path):
     """`workbench model resnet18`: extract, tune the 3 biggest tasks in one session, compile with the records, compare."""
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", "model", "resnet18", "--image", "32", "--width", "8",
-                        "--stages", "2", "--max-tasks", "3", "--trials", "12", "--trials-per-round", "4",
-                        "--db", str(tmp_path / "rx.db"), "--json"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "model",
+            "resnet18",
+            "--image",
+            "32",
+            "--width",
+            "8",
+            "--stages",
+            "2",
+            "--max-tasks",
+            "3",
+            "--trials",
+            "12",
+            "--trials-per-round",
+            "4",
+            "--db",
+            str(tmp_path / "rx.db"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["trials"] == 12 and res["output_shape"] == [1, 1000]
@@ -40,6 +64,9 @@ def test_tiny_budget_tunes_compiles_and_matches_untuned(tmp_path):
     # the tuned build really used the records: exactly the tuned tasks' functions were scheduled from the database
     # (which build is faster is not asserted: at this budget either can win)
     assert res["applied"] == sorted(w.split(".", 1)[1] for w in res["tuned_tasks"])
-    bad = subprocess.run([sys.executable, "-m", "workbench.cli", "model", "resnet18", "--stages", "9",
-                          "--db", str(tmp_path / "rx.db")], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "model", "resnet18", "--stages", "9", "--db", str(tmp_path / "rx.db")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -41,8 +41,13 @@ def _wait_port(port, timeout=60):
 
 
 def _start(args, env=None):
-    return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
 
 
 def _killpg(p):
@@ -59,17 +64,41 @@ class Cluster:
     def __init__(self, n=2, key=KEY):
         self.key = key
         self.port = free_port()
-        self.tracker = _start(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(self.port),
-                               "--port-end", str(self.port + 1), "--silent"])
+        self.tracker = _start(
+            [
+                "tvm.exec.rpc_tracker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--port-end",
+                str(self.port + 1),
+                "--silent",
+            ]
+        )
         self.servers = {}  # port -> Popen
         try:
             _wait_port(self.port)
             env = dict(os.environ, TVM_NUM_THREADS="1")  # two servers share the test machine's cores
             for _ in range(n):
                 p = free_port()
-                self.servers[p] = _start(["tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(p),
-                                          "--port-end", str(p + 1), "--tracker", f"127.0.0.1:{self.port}",
-                                          "--key", key, "--silent"], env)
+                self.servers[p] = _start(
+                    [
+                        "tvm.exec.rpc_server",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(p),
+                        "--port-end",
+                        str(p + 1),
+                        "--tracker",
+                        f"127.0.0.1:{self.port}",
+                        "--key",
+                        key,
+                        "--silent",
+                    ],
+                    env,
+                )
             deadline = time.time() + 60
             while tracker_servers("127.0.0.1", self.port, key) < n:
                 assert time.time() < deadline, "servers did not register with the tracker"
@@ -98,8 +127,9 @@ def cluster():
 
 
 def _cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _one_line_error(r, needle):
@@ -112,20 +142,34 @@ def _one_line_error(r, needle):
 def test_runner_urls():
     assert parse_runner_url("rpc://127.0.0.1:9190/local") == ("127.0.0.1", 9190, "local")
     assert parse_runner_url("rpc://[::1]:9190/k-1.a_b") == ("::1", 9190, "k-1.a_b")
-    for bad in ("rpc://127.0.0.1/local", "rpc://127.0.0.1:99999/local", "http://h:1/k", "rpc://h:1/", "rpc://h:1/a b",
-                "rpc://h:x/k", "", "rpc://h:1/k:2", None, 9190):
+    for bad in (
+        "rpc://127.0.0.1/local",
+        "rpc://127.0.0.1:99999/local",
+        "http://h:1/k",
+        "rpc://h:1/",
+        "rpc://h:1/a b",
+        "rpc://h:x/k",
+        "",
+        "rpc://h:1/k:2",
+        None,
+        9190,
+    ):
         with pytest.raises(WorkbenchError, match="rpc://HOST:PORT/KEY"):
             parse_runner_url(bad)
 
 
 def test_cli_rejects_bad_runner_and_unreachable_tracker(tmp_path):
     db = tmp_path / "r.db"
-    _one_line_error(_cli("tune", "matmul-128", "--db", str(db), "--runner", "rpc:/127.0.0.1/local"),
-                    "is not 'local' or rpc://HOST:PORT/KEY")
+    _one_line_error(
+        _cli("tune", "matmul-128", "--db", str(db), "--runner", "rpc:/127.0.0.1/local"),
+        "is not 'local' or rpc://HOST:PORT/KEY",
+    )
     port = free_port()  # nothing listens there
     t = time.time()
-    _one_line_error(_cli("tune", "matmul-128", "--db", str(db), "--runner", f"rpc://127.0.0.1:{port}/local"),
-                    f"cannot reach the RPC tracker at 127.0.0.1:{port}")
+    _one_line_error(
+        _cli("tune", "matmul-128", "--db", str(db), "--runner", f"rpc://127.0.0.1:{port}/local"),
+        f"cannot reach the RPC tracker at 127.0.0.1:{port}",
+    )
     assert time.time() - t < 60  # TVM's own client would retry a refused tracker for a minute
     # Nothing was left behind: the tracker is checked before a session is created.
     assert RecordStore(str(db), readonly=True).sessions() == []
@@ -135,8 +179,10 @@ def test_cli_rejects_a_key_without_servers_and_a_port_that_is_no_tracker(tmp_pat
     c = Cluster(0)
     try:
         db = tmp_path / "r.db"
-        _one_line_error(_cli("tune", "matmul-128", "--db", str(db), "--runner", c.url),
-                        f"no RPC server is registered under key '{KEY}'")
+        _one_line_error(
+            _cli("tune", "matmul-128", "--db", str(db), "--runner", c.url),
+            f"no RPC server is registered under key '{KEY}'",
+        )
         with socket.socket() as other:  # a port that accepts connections but speaks no tracker protocol
             other.bind(("127.0.0.1", 0))
             other.listen(1)
@@ -147,9 +193,18 @@ def test_cli_rejects_a_key_without_servers_and_a_port_that_is_no_tracker(tmp_pat
 
 
 def _session(tmp_path, runner, trials=16, **kw):
-    return TuningSession(SMALL["matmul"], target={"kind": "llvm", "num-cores": 1}, trials=trials, preset="quick",
-                         seed=0, db=str(tmp_path / "r.db"), strategy="no-rewrite", trials_per_round=8,
-                         runner=runner, **kw)
+    return TuningSession(
+        SMALL["matmul"],
+        target={"kind": "llvm", "num-cores": 1},
+        trials=trials,
+        preset="quick",
+        seed=0,
+        db=str(tmp_path / "r.db"),
+        strategy="no-rewrite",
+        trials_per_round=8,
+        runner=runner,
+        **kw,
+    )
 
 
 def _no_candidate_lost(s):
@@ -204,7 +259,7 @@ def test_server_killed_mid_session_its_candidate_is_measured_elsewhere(tmp_path,
     lost = [h for h in health if h["state"] == "lost"]
     assert lost and lost[0]["server"] == killed["server"] and lost[0]["retrying"], health
     other = ({f"127.0.0.1:{p}" for p in cluster.servers} - {killed["server"]}).pop()
-    assert all(h["server"] == other for h in health[health.index(lost[0]) + 1:])  # nothing more went to the dead one
+    assert all(h["server"] == other for h in health[health.index(lost[0]) + 1 :])  # nothing more went to the dead one
     # The candidate in flight at the kill was measured on the other server, like every other.
     assert rec["error_class"].isna().all(), rec[["trial", "error_class", "error_msg"]]
 

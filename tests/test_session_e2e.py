@@ -59,8 +59,16 @@ def test_every_strategy_tunes_and_verifies(key, tmp_path):
         held = len(s.search_dbs[name][0].get_all_tuning_records())
         assert held == own if name == "no-rewrite" else held > own, (name, held, own)
     kinds = [e.kind for e in events]
-    for k in ("session_started", "baseline_measured", "round_started", "candidates_proposed",
-              "candidate_measured", "new_best", "round_finished", "finished"):
+    for k in (
+        "session_started",
+        "baseline_measured",
+        "round_started",
+        "candidates_proposed",
+        "candidate_measured",
+        "new_best",
+        "round_finished",
+        "finished",
+    ):
         assert k in kinds
     # Every measured record was stored before its event, with the prediction that chose it.
     rec = s.records()
@@ -92,7 +100,11 @@ def test_same_seed_same_first_proposals(tmp_path):
         (tmp_path / str(i)).mkdir()
         s = _session(SMALL["matmul"], tmp_path / str(i), strategy="no-rewrite", trials=8, seed=7)
         got = []
-        s.subscribe(lambda e, got=got: e.kind == "candidates_proposed" and got.append([c["mod_hash"] for c in e.data["candidates"]]))
+        s.subscribe(
+            lambda e, got=got: (
+                e.kind == "candidates_proposed" and got.append([c["mod_hash"] for c in e.data["candidates"]])
+            )
+        )
         s.run()
         props.append(got[0])
     assert props[0] == props[1]
@@ -100,15 +112,34 @@ def test_same_seed_same_first_proposals(tmp_path):
 
 # The first round's proposals of this session, recorded before the loop became named steps (commit 0f5c235) and
 # unchanged after it: with an explicit target, one search thread and an untrained model, a seed fixes them.
-PINNED_FIRST_ROUND = ["f6973f11d7d9014f", "6190dc6f5117382e", "e9fb75fb7b05ab90", "cb733abff1045b36",
-                      "d91b79061a94dd1d", "dcc57977530b21e0", "cd1b28fbc4e390cb", "ed338f2b644f78ed"]
+PINNED_FIRST_ROUND = [
+    "f6973f11d7d9014f",
+    "6190dc6f5117382e",
+    "e9fb75fb7b05ab90",
+    "cb733abff1045b36",
+    "d91b79061a94dd1d",
+    "dcc57977530b21e0",
+    "cd1b28fbc4e390cb",
+    "ed338f2b644f78ed",
+]
 
 
 def test_first_round_proposals_are_pinned(tmp_path):
     got = []
-    s = TuningSession(SMALL["matmul"], target={"kind": "llvm", "mcpu": "haswell", "num-cores": 2}, trials=8,
-                      trials_per_round=8, population=64, generations=2, init_min_unmeasured=16, strategy="auto",
-                      seed=3, db=str(tmp_path / "p.db"), noise="off", confirm_rounds=0)
+    s = TuningSession(
+        SMALL["matmul"],
+        target={"kind": "llvm", "mcpu": "haswell", "num-cores": 2},
+        trials=8,
+        trials_per_round=8,
+        population=64,
+        generations=2,
+        init_min_unmeasured=16,
+        strategy="auto",
+        seed=3,
+        db=str(tmp_path / "p.db"),
+        noise="off",
+        confirm_rounds=0,
+    )
     s.subscribe(lambda e: e.kind == "candidates_proposed" and got.append([c["mod_hash"] for c in e.data["candidates"]]))
     s.run()
     assert got == [PINNED_FIRST_ROUND]
@@ -145,9 +176,26 @@ def test_resume_after_sigkill_loses_nothing(tmp_path):
     spec = tmp_path / "mm.json"
     spec.write_text(json.dumps(SMALL["matmul"]))
     db = str(tmp_path / "k.db")
-    p = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", "--spec", str(spec), "--trials", "24",
-                          "--strategy", "no-rewrite", "--db", db, "--quiet"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "tune",
+            "--spec",
+            str(spec),
+            "--trials",
+            "24",
+            "--strategy",
+            "no-rewrite",
+            "--db",
+            db,
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.time() + 240
     n_before = 0
     while time.time() < deadline:

@@ -10,17 +10,44 @@ from workbench.store import RecordStore
 
 
 def _session(store):
-    return store.create_session(workload="w", spec={"name": "w"}, target={"kind": "llvm"}, preset="quick",
-                                preset_params={}, seed=0, trials=4, strategies=["no-rewrite"], strategy_arg="auto",
-                                versions={})
+    return store.create_session(
+        workload="w",
+        spec={"name": "w"},
+        target={"kind": "llvm"},
+        preset="quick",
+        preset_params={},
+        seed=0,
+        trials=4,
+        strategies=["no-rewrite"],
+        strategy_arg="auto",
+        versions={},
+    )
 
 
 def _rec(sid, trial, lat=1.0, err=None):
-    return {"session_id": sid, "workload": "w", "trial": trial, "round": 1, "strategy": "no-rewrite",
-            "chosen_by": "controller", "trace": "{}", "decisions": "[]", "mod_hash": f"h{trial}",
-            "predicted_score": 0.5, "run_secs": [lat / 1e3], "latency_ms": None if err else lat, "gflops": 1.0,
-            "error_class": err, "error_msg": None, "verified": err is None, "is_best": False, "seed": 0,
-            "proposed_at": 0.0, "measured_at": 0.0, "elapsed_s": float(trial)}
+    return {
+        "session_id": sid,
+        "workload": "w",
+        "trial": trial,
+        "round": 1,
+        "strategy": "no-rewrite",
+        "chosen_by": "controller",
+        "trace": "{}",
+        "decisions": "[]",
+        "mod_hash": f"h{trial}",
+        "predicted_score": 0.5,
+        "run_secs": [lat / 1e3],
+        "latency_ms": None if err else lat,
+        "gflops": 1.0,
+        "error_class": err,
+        "error_msg": None,
+        "verified": err is None,
+        "is_best": False,
+        "seed": 0,
+        "proposed_at": 0.0,
+        "measured_at": 0.0,
+        "elapsed_s": float(trial),
+    }
 
 
 def test_records_round_trip_with_features(tmp_path):

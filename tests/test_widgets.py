@@ -63,8 +63,10 @@ def figure_updates(log, fig):
         if c is not fig.comm or data.get("method") != "update":
             continue
         state = data.get("state", {})
-        if any(state.get(k) is not None for k in ("_py2js_update", "_py2js_restyle", "_py2js_relayout",
-                                                   "_py2js_addTraces", "_py2js_deleteTraces")):
+        if any(
+            state.get(k) is not None
+            for k in ("_py2js_update", "_py2js_restyle", "_py2js_relayout", "_py2js_addTraces", "_py2js_deleteTraces")
+        ):
             out.append(t)
     return out
 
@@ -172,8 +174,11 @@ def test_one_pump_tick_sends_one_update_per_figure(comm_log, demo_events):
     # trace creation for the three strategies, then exactly one batched data update per figure
     tp = figure_updates(comm_log, dash.throughput.fig)
     cm = figure_updates(comm_log, dash.cost_model.fig)
-    data_updates = [d for _, c, d in comm_log if c is dash.throughput.fig.comm
-                    and d.get("state", {}).get("_py2js_update") is not None]
+    data_updates = [
+        d
+        for _, c, d in comm_log
+        if c is dash.throughput.fig.comm and d.get("state", {}).get("_py2js_update") is not None
+    ]
     assert len(data_updates) == 1
     n = len(dash.model.strategies)
     assert len(tp) <= 1 + 4 * n + 1 and len(cm) <= 1 + n + 3 + 1  # clear + addTraces per trace + the update
@@ -245,7 +250,9 @@ def test_inspector_shows_the_error_of_a_failed_candidate(tmp_path, demo_events):
     db = tmp_path / "failed.db"
     shutil.copy(DEMO_DB, db)
     c = sqlite3.connect(db)
-    c.execute("UPDATE records SET error_class='build-error', error_msg='TVMError: vectorize extent 3 <boom>' WHERE trial=7")
+    c.execute(
+        "UPDATE records SET error_class='build-error', error_msg='TVMError: vectorize extent 3 <boom>' WHERE trial=7"
+    )
     c.commit()
     c.close()
     dash = Dashboard.replay(str(db), autopump=False)
@@ -290,10 +297,18 @@ def test_controls_show_status_progress_and_controller(demo_events):
 def test_status_shows_rpc_runner_health(demo_events):
     dash = fed_dashboard(demo_events[:30])
     sid = demo_events[0].session_id
-    for i, (server, state) in enumerate([("10.0.0.2:9190", "busy"), ("10.0.0.3:9190", "busy"),
-                                         ("10.0.0.3:9190", "lost")]):
-        dash.queue.put(Event("runner_health", sid, 1e9 + i, 100.0 + i,
-                             {"server": server, "state": state, "measured": 3, "errors": 0, "timeouts": i}))
+    for i, (server, state) in enumerate(
+        [("10.0.0.2:9190", "busy"), ("10.0.0.3:9190", "busy"), ("10.0.0.3:9190", "lost")]
+    ):
+        dash.queue.put(
+            Event(
+                "runner_health",
+                sid,
+                1e9 + i,
+                100.0 + i,
+                {"server": server, "state": state, "measured": 3, "errors": 0, "timeouts": i},
+            )
+        )
     dash.pump_once()
     status = dash.controls.status.value
     assert "10.0.0.2:9190 busy" in status and "10.0.0.3:9190 lost" in status  # the latest state per server
@@ -387,28 +402,66 @@ def test_model_and_status_show_measurement_noise(demo_events):
     assert "timing: quiet (probe +2 %)" in c.status.value and "#2b8a3e" in c.status.value
 
     hog = {"pid": 123, "name": "<script>x</script>", "cores": 1.0}
-    put(noise_ev(sid, "measurement_noise", 2, source="timing", state="noisy", trial=31, wait_fraction=0.3,
-                 other_cores=1.0))
-    put(noise_ev(sid, "measurement_noise", 3, source="load", state="waiting", why="trial 31", other_cores=1.02,
-                 processes=[hog], seconds=0.25))
+    put(
+        noise_ev(
+            sid, "measurement_noise", 2, source="timing", state="noisy", trial=31, wait_fraction=0.3, other_cores=1.0
+        )
+    )
+    put(
+        noise_ev(
+            sid,
+            "measurement_noise",
+            3,
+            source="load",
+            state="waiting",
+            why="trial 31",
+            other_cores=1.02,
+            processes=[hog],
+            seconds=0.25,
+        )
+    )
     dash.pump_once()
     assert m.noise["waiting"] and m.noise["events"] == 2
     assert m.noise["line"].startswith("waiting for a quiet machine before trial 31")
     status = c.status.value
-    assert ("timing: waiting for a quiet machine — &lt;script&gt;x&lt;/script&gt; (pid 123) 1.00 cores"
-            in status), status
+    assert "timing: waiting for a quiet machine — &lt;script&gt;x&lt;/script&gt; (pid 123) 1.00 cores" in status, status
     assert "<script>" not in status and "#e67700" in status
 
-    put(noise_ev(sid, "measurement_noise", 4, source="load", state="quiet", why="trial 31", waited_s=2.0,
-                 other_cores=0.01, processes=[]))
+    put(
+        noise_ev(
+            sid,
+            "measurement_noise",
+            4,
+            source="load",
+            state="quiet",
+            why="trial 31",
+            waited_s=2.0,
+            other_cores=0.01,
+            processes=[],
+        )
+    )
     dash.pump_once()
     assert not m.noise["waiting"] and "waiting for a quiet machine" not in c.status.value
     assert "machine quiet again after 2.0 s" in c.status.value and "timing: quiet" in c.status.value
 
-    put(noise_ev(sid, "measurement_noise", 5, source="load", state="waiting", why="a timing", other_cores=0.9,
-                 processes=[]))
-    put(noise_ev(sid, "measurement_noise", 6, source="load", state="gave-up", why="a timing", waited_s=30.0,
-                 other_cores=0.9, processes=[hog]))
+    put(
+        noise_ev(
+            sid, "measurement_noise", 5, source="load", state="waiting", why="a timing", other_cores=0.9, processes=[]
+        )
+    )
+    put(
+        noise_ev(
+            sid,
+            "measurement_noise",
+            6,
+            source="load",
+            state="gave-up",
+            why="a timing",
+            waited_s=30.0,
+            other_cores=0.9,
+            processes=[hog],
+        )
+    )
     dash.pump_once()
     assert not m.noise["waiting"] and m.noise["marking"]
     assert "timing: machine busy, timings marked noisy" in c.status.value and "#c92a2a" in c.status.value
@@ -449,8 +502,18 @@ def test_best_remeasured_updates_the_record_best_and_steps(demo_events):
     assert n_steps >= 2 and m.best_steps[s][-1] is best
     # re-timed a little slower: the record, the overall best and the last step change in place
     g = best["gflops"] / 1.05
-    dash.queue.put(noise_ev(sid, "best_remeasured", 0, record_id=best["id"], strategy=s,
-                            latency_ms=best["latency_ms"] * 1.05, gflops=g, samples=9))
+    dash.queue.put(
+        noise_ev(
+            sid,
+            "best_remeasured",
+            0,
+            record_id=best["id"],
+            strategy=s,
+            latency_ms=best["latency_ms"] * 1.05,
+            gflops=g,
+            samples=9,
+        )
+    )
     dash.pump_once()
     assert m.by_id[best["id"]]["gflops"] == g and m.best["gflops"] == g and m.best["id"] == best["id"]
     assert m.best_steps[s][-1]["gflops"] == g and len(m.best_steps[s]) == n_steps
@@ -459,8 +522,18 @@ def test_best_remeasured_updates_the_record_best_and_steps(demo_events):
     assert f"best {g:.1f} GFLOPS" in dash.controls.status.value
     # re-timed below the strategy's first step: the steps it no longer beats go, the curve still rises
     g2 = m.best_steps[s][0]["gflops"] * 0.9
-    dash.queue.put(noise_ev(sid, "best_remeasured", 1, record_id=best["id"], strategy=s,
-                            latency_ms=m.flops / g2 / 1e6, gflops=g2, samples=9))
+    dash.queue.put(
+        noise_ev(
+            sid,
+            "best_remeasured",
+            1,
+            record_id=best["id"],
+            strategy=s,
+            latency_ms=m.flops / g2 / 1e6,
+            gflops=g2,
+            samples=9,
+        )
+    )
     dash.pump_once()
     steps = [r["gflops"] for r in m.best_steps[s]]
     assert steps == [g2] and m.best_steps[s][-1]["id"] == best["id"]
@@ -487,8 +560,9 @@ def test_pump_holds_redraws_while_kernels_are_timed(comm_log, demo_events):
         assert dash.pump_once() == 0
         assert dash.model.n_events == 0 and dash.ticks == ticks and dash.held_ticks == 1
         assert len(dash.throughput.fig.data) == 0 and dash.table.frame().empty
-        assert (len(figure_updates(comm_log, dash.throughput.fig))
-                + len(figure_updates(comm_log, dash.cost_model.fig))) == n_msgs, "a figure was drawn while timing"
+        assert (
+            len(figure_updates(comm_log, dash.throughput.fig)) + len(figure_updates(comm_log, dash.cost_model.fig))
+        ) == n_msgs, "a figure was drawn while timing"
         assert gate._drawing == 0  # a refused begin_draw leaves nothing to end
         # a button pressed while timing: the controls answer at once, nothing else is drawn
         dash.stop()
@@ -496,17 +570,27 @@ def test_pump_holds_redraws_while_kernels_are_timed(comm_log, demo_events):
         assert "timing kernels" in dash.controls.status.value
         assert dash.model.n_events == 0 and len(dash.throughput.fig.data) == 0
         # the session starts waiting for a quiet machine: it suspends its gate, and the wait is drawn at once
-        dash.queue.put(noise_ev(demo_events[0].session_id, "measurement_noise", 0, source="load",
-                                state="waiting", why="trial 3", other_cores=1.0,
-                                processes=[{"pid": 7, "name": "<b>hog</b>", "cores": 1.0}]))
+        dash.queue.put(
+            noise_ev(
+                demo_events[0].session_id,
+                "measurement_noise",
+                0,
+                source="load",
+                state="waiting",
+                why="trial 3",
+                other_cores=1.0,
+                processes=[{"pid": 7, "name": "<b>hog</b>", "cores": 1.0}],
+            )
+        )
         with gate.suspended():
             assert not gate.timing_now
             assert dash.pump_once() == len(demo_events) + 1
             assert "waiting for a quiet machine — &lt;b&gt;hog&lt;/b&gt; (pid 7)" in dash.controls.status.value
             assert dash.model.noise["waiting"]
         assert gate.timing_now  # timing again: held again
-        dash.queue.put(noise_ev(demo_events[0].session_id, "measurement_noise", 1, source="load", state="quiet",
-                                waited_s=2.0))
+        dash.queue.put(
+            noise_ev(demo_events[0].session_id, "measurement_noise", 1, source="load", state="quiet", waited_s=2.0)
+        )
         assert dash.pump_once() == 0
     assert dash.pump_once() == 1
     assert dash.model.trials_done == 32 and dash.ticks == ticks + 2  # the wait, then the rest
@@ -575,8 +659,9 @@ def test_a_redraw_in_progress_delays_timing(demo_events):
         raise RuntimeError("boom")
 
     dash.throughput.refresh = broken
-    dash.queue.put(noise_ev(demo_events[0].session_id, "calibration", 0, probe_ms=1.0, baseline_ms=1.0, drift=0.0,
-                            when="start"))
+    dash.queue.put(
+        noise_ev(demo_events[0].session_id, "calibration", 0, probe_ms=1.0, baseline_ms=1.0, drift=0.0, when="start")
+    )
     dash.model.mark("records")
     with pytest.raises(RuntimeError):
         dash.pump_once()
@@ -614,8 +699,9 @@ def test_measurement_gate_waits_for_a_draw_to_end():
 @pytest.mark.slow
 def test_live_session_through_the_dashboard(tmp_path):
     """The real engine, 8 trials on matmul-128: Start, Pause, Resume, a manual pick, then a post-hoc view."""
-    dash = Dashboard.for_workload("matmul-128", trials=8, db=str(tmp_path / "live.db"), strategy="all",
-                                  preset_overrides={"trials_per_round": 2})
+    dash = Dashboard.for_workload(
+        "matmul-128", trials=8, db=str(tmp_path / "live.db"), strategy="all", preset_overrides={"trials_per_round": 2}
+    )
     drawn_while_timing = []
     orig = dash.throughput.refresh
 

@@ -31,26 +31,82 @@ def test_flops_and_weights_of_a_resnet_layer():
     assert w.prim_func.attrs["layout_free_buffers"][0] == 1
 
 
-@pytest.mark.parametrize("spec,needle", [
-    ({"name": "x", "op": "conv9d", "params": {}}, "unknown op 'conv9d'; valid ops:"),
-    ({"name": "x", "op": "matmul", "params": {"m": 4, "n": 4}}, "needs parameter 'k'"),
-    ({"name": "x", "op": "matmul", "params": {"m": 0, "n": 4, "k": 4}}, "'m'=0 must be >= 1"),
-    ({"name": "x", "op": "matmul", "params": {"m": -3, "n": 4, "k": 4}}, "'m'=-3 must be >= 1"),
-    ({"name": "x", "op": "matmul", "params": {"m": 2.5, "n": 4, "k": 4}}, "'m' must be an integer"),
-    ({"name": "x", "op": "matmul", "params": {"m": 2, "n": 4, "k": 4, "mm": 1}}, "unknown parameter 'mm'"),
-    ({"name": "x", "op": "conv2d", "params": {"layout": "NCWH", "batch": 1, "in_channels": 3, "height": 8, "width": 8,
-                                              "out_channels": 4, "kernel": 3, "stride": 1, "padding": 1}}, "valid: NCHW, NHWC"),
-    ({"name": "x", "op": "conv2d", "params": {"layout": "NHWC", "batch": 1, "in_channels": 3, "height": 4, "width": 4,
-                                              "out_channels": 4, "kernel": 7, "stride": 1, "padding": 1}},
-     "larger than the padded input height 4+2*1=6"),
-    ({"name": "x", "op": "conv2d", "params": {"layout": "NHWC", "batch": 1, "in_channels": 6, "height": 8, "width": 8,
-                                              "out_channels": 4, "kernel": 3, "stride": 1, "padding": 1, "groups": 4}},
-     "groups=4 must divide"),
-    ({"name": "x", "op": "matmul", "params": {"m": 2, "n": 2, "k": 2}, "epilogue": ["gelu"]}, "epilogue must be a list drawn from"),
-    ({"name": "x", "op": "norm", "params": {"batch": 1, "m": 2, "n": 2}, "epilogue": ["relu"]}, "does not take an epilogue"),
-    ({"op": "matmul", "params": {"m": 2, "n": 2, "k": 2}}, "non-empty string 'name'"),
-    ([1, 2], "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ({"name": "x", "op": "conv9d", "params": {}}, "unknown op 'conv9d'; valid ops:"),
+        ({"name": "x", "op": "matmul", "params": {"m": 4, "n": 4}}, "needs parameter 'k'"),
+        ({"name": "x", "op": "matmul", "params": {"m": 0, "n": 4, "k": 4}}, "'m'=0 must be >= 1"),
+        ({"name": "x", "op": "matmul", "params": {"m": -3, "n": 4, "k": 4}}, "'m'=-3 must be >= 1"),
+        ({"name": "x", "op": "matmul", "params": {"m": 2.5, "n": 4, "k": 4}}, "'m' must be an integer"),
+        ({"name": "x", "op": "matmul", "params": {"m": 2, "n": 4, "k": 4, "mm": 1}}, "unknown parameter 'mm'"),
+        (
+            {
+                "name": "x",
+                "op": "conv2d",
+                "params": {
+                    "layout": "NCWH",
+                    "batch": 1,
+                    "in_channels": 3,
+                    "height": 8,
+                    "width": 8,
+                    "out_channels": 4,
+                    "kernel": 3,
+                    "stride": 1,
+                    "padding": 1,
+                },
+            },
+            "valid: NCHW, NHWC",
+        ),
+        (
+            {
+                "name": "x",
+                "op": "conv2d",
+                "params": {
+                    "layout": "NHWC",
+                    "batch": 1,
+                    "in_channels": 3,
+                    "height": 4,
+                    "width": 4,
+                    "out_channels": 4,
+                    "kernel": 7,
+                    "stride": 1,
+                    "padding": 1,
+                },
+            },
+            "larger than the padded input height 4+2*1=6",
+        ),
+        (
+            {
+                "name": "x",
+                "op": "conv2d",
+                "params": {
+                    "layout": "NHWC",
+                    "batch": 1,
+                    "in_channels": 6,
+                    "height": 8,
+                    "width": 8,
+                    "out_channels": 4,
+                    "kernel": 3,
+                    "stride": 1,
+                    "padding": 1,
+                    "groups": 4,
+                },
+            },
+            "groups=4 must divide",
+        ),
+        (
+            {"name": "x", "op": "matmul", "params": {"m": 2, "n": 2, "k": 2}, "epilogue": ["gelu"]},
+            "epilogue must be a list drawn from",
+        ),
+        (
+            {"name": "x", "op": "norm", "params": {"batch": 1, "m": 2, "n": 2}, "epilogue": ["relu"]},
+            "does not take an epilogue",
+        ),
+        ({"op": "matmul", "params": {"m": 2, "n": 2, "k": 2}}, "non-empty string 'name'"),
+        ([1, 2], "must be a JSON object"),
+    ],
+)
 def test_invalid_specs_give_one_line_errors(spec, needle):
     with pytest.raises(WorkbenchError) as e:
         workload_from_spec(spec)
@@ -60,8 +116,14 @@ def test_invalid_specs_give_one_line_errors(spec, needle):
 
 def test_spec_files(tmp_path):
     p = tmp_path / "s.json"
-    p.write_text(json.dumps([{"name": "a", "op": "matmul", "params": {"m": 8, "n": 8, "k": 8}},
-                             {"name": "b", "op": "matmul", "params": {"m": 8, "n": 8, "k": 4}}]))
+    p.write_text(
+        json.dumps(
+            [
+                {"name": "a", "op": "matmul", "params": {"m": 8, "n": 8, "k": 8}},
+                {"name": "b", "op": "matmul", "params": {"m": 8, "n": 8, "k": 4}},
+            ]
+        )
+    )
     assert [w.name for w in load_spec_file(str(p))] == ["a", "b"]
     p.write_text("{not json")
     with pytest.raises(WorkbenchError, match="not valid JSON"):
@@ -82,23 +144,64 @@ def _naive_output(w, inputs):
     return args[-1].numpy()
 
 
-CONV = {"batch": 1, "in_channels": 8, "height": 9, "width": 9, "out_channels": 8, "kernel": 3, "stride": 2, "padding": 1}
+CONV = {
+    "batch": 1,
+    "in_channels": 8,
+    "height": 9,
+    "width": 9,
+    "out_channels": 8,
+    "kernel": 3,
+    "stride": 2,
+    "padding": 1,
+}
 
 
-@pytest.mark.parametrize("spec", [
-    {"name": "mm", "op": "matmul", "params": {"m": 8, "n": 12, "k": 16}, "epilogue": ["bias", "relu"]},
-    {"name": "bmm", "op": "batch_matmul", "params": {"batch": 2, "m": 8, "n": 4, "k": 6}},
-    {"name": "c1", "op": "conv2d", "params": dict(CONV, layout="NCHW")},
-    {"name": "c2", "op": "conv2d", "params": dict(CONV, layout="NHWC", dilation=2)},
-    {"name": "c3", "op": "conv2d", "params": dict(CONV, layout="NHWC", groups=4), "epilogue": ["bn", "relu", "add"]},
-    {"name": "c4", "op": "conv2d", "params": dict(CONV, layout="NCHW", groups=2, kernel=[3, 1])},
-    {"name": "dw1", "op": "depthwise_conv2d", "params": {"layout": "NHWC", "batch": 1, "channels": 8, "height": 9,
-                                                         "width": 9, "kernel": 3, "stride": 2, "padding": 1}},
-    {"name": "dw2", "op": "depthwise_conv2d", "params": {"layout": "NCHW", "batch": 1, "channels": 8, "height": 9,
-                                                         "width": 9, "kernel": 3, "stride": 1, "padding": 1}},
-    {"name": "nrm", "op": "norm", "params": {"batch": 2, "m": 8, "n": 8}},
-    {"name": "sfm", "op": "softmax", "params": {"m": 4, "n": 16}},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "mm", "op": "matmul", "params": {"m": 8, "n": 12, "k": 16}, "epilogue": ["bias", "relu"]},
+        {"name": "bmm", "op": "batch_matmul", "params": {"batch": 2, "m": 8, "n": 4, "k": 6}},
+        {"name": "c1", "op": "conv2d", "params": dict(CONV, layout="NCHW")},
+        {"name": "c2", "op": "conv2d", "params": dict(CONV, layout="NHWC", dilation=2)},
+        {
+            "name": "c3",
+            "op": "conv2d",
+            "params": dict(CONV, layout="NHWC", groups=4),
+            "epilogue": ["bn", "relu", "add"],
+        },
+        {"name": "c4", "op": "conv2d", "params": dict(CONV, layout="NCHW", groups=2, kernel=[3, 1])},
+        {
+            "name": "dw1",
+            "op": "depthwise_conv2d",
+            "params": {
+                "layout": "NHWC",
+                "batch": 1,
+                "channels": 8,
+                "height": 9,
+                "width": 9,
+                "kernel": 3,
+                "stride": 2,
+                "padding": 1,
+            },
+        },
+        {
+            "name": "dw2",
+            "op": "depthwise_conv2d",
+            "params": {
+                "layout": "NCHW",
+                "batch": 1,
+                "channels": 8,
+                "height": 9,
+                "width": 9,
+                "kernel": 3,
+                "stride": 1,
+                "padding": 1,
+            },
+        },
+        {"name": "nrm", "op": "norm", "params": {"batch": 2, "m": 8, "n": 8}},
+        {"name": "sfm", "op": "softmax", "params": {"m": 4, "n": 16}},
+    ],
+)
 def test_numpy_reference_matches_tvm(spec):
     w = workload_from_spec(spec)
     assert w.reference_kind == "numpy"

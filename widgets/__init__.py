@@ -12,5 +12,14 @@ from .sketch import SketchView
 from .table import RecordsTable
 from .throughput import ThroughputView
 
-__all__ = ["Dashboard", "SessionModel", "ThroughputView", "CostModelView", "CandidateInspector", "SketchView",
-           "ControlsView", "RecordsTable", "round_quality"]
+__all__ = [
+    "Dashboard",
+    "SessionModel",
+    "ThroughputView",
+    "CostModelView",
+    "CandidateInspector",
+    "SketchView",
+    "ControlsView",
+    "RecordsTable",
+    "round_quality",
+]

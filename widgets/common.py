@@ -56,5 +56,7 @@ def noise_note(rec: dict) -> str:
 
 
 def pre(text: str, style: str = "") -> str:
-    return (f"<pre style='font-size:12px;line-height:1.3;max-height:480px;overflow:auto;margin:0;{style}'>"
-            f"{html.escape(text)}</pre>")
+    return (
+        f"<pre style='font-size:12px;line-height:1.3;max-height:480px;overflow:auto;margin:0;{style}'>"
+        f"{html.escape(text)}</pre>"
+    )

@@ -18,36 +18,58 @@ STRATEGY_SETS = ["auto", "all", *STRATEGIES]
 class ControlsView:
     """Buttons call ``actions`` (the Dashboard); the display is redrawn only by ``refresh`` (the pump)."""
 
-    def __init__(self, actions, trials: int = 64, preset: str = "quick", strategy: str = "auto",
-                 can_configure: bool = True):
+    def __init__(
+        self, actions, trials: int = 64, preset: str = "quick", strategy: str = "auto", can_configure: bool = True
+    ):
         self.actions = actions
         b = dict(layout=W.Layout(width="86px"))
         self.start = W.Button(description="Start", button_style="success", icon="play", **b)
         self.pause = W.Button(description="Pause", icon="pause", disabled=True, **b)
         self.resume = W.Button(description="Resume", icon="play", disabled=True, **b)
         self.stop = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True, **b)
-        self.trials = W.BoundedIntText(value=trials, min=1, max=1_000_000, description="trials",
-                                       disabled=not can_configure, layout=W.Layout(width="150px"))
-        self.preset = W.Dropdown(options=list(PRESETS), value=preset, description="preset",
-                                 disabled=not can_configure, layout=W.Layout(width="170px"))
-        self.strategy_set = W.Dropdown(options=STRATEGY_SETS if strategy in STRATEGY_SETS else STRATEGY_SETS + [strategy],
-                                       value=strategy, description="strategies", disabled=not can_configure,
-                                       layout=W.Layout(width="230px"))
-        self.mode = W.ToggleButtons(options=["auto", "manual"], value="auto", disabled=True,
-                                    tooltips=["the controller chooses each round", "you choose the strategy"],
-                                    style={"button_width": "70px"})
+        self.trials = W.BoundedIntText(
+            value=trials,
+            min=1,
+            max=1_000_000,
+            description="trials",
+            disabled=not can_configure,
+            layout=W.Layout(width="150px"),
+        )
+        self.preset = W.Dropdown(
+            options=list(PRESETS),
+            value=preset,
+            description="preset",
+            disabled=not can_configure,
+            layout=W.Layout(width="170px"),
+        )
+        self.strategy_set = W.Dropdown(
+            options=STRATEGY_SETS if strategy in STRATEGY_SETS else STRATEGY_SETS + [strategy],
+            value=strategy,
+            description="strategies",
+            disabled=not can_configure,
+            layout=W.Layout(width="230px"),
+        )
+        self.mode = W.ToggleButtons(
+            options=["auto", "manual"],
+            value="auto",
+            disabled=True,
+            tooltips=["the controller chooses each round", "you choose the strategy"],
+            style={"button_width": "70px"},
+        )
         self.pick = W.Dropdown(options=[], description="pick", disabled=True, layout=W.Layout(width="230px"))
         self.status = W.HTML("<b>idle</b>")
         self.status.add_class("wb-status")  # a stable hook for browser tests
         self.progress = W.IntProgress(value=0, min=0, max=max(1, trials), layout=W.Layout(width="260px"))
         self.eta = W.HTML("", layout=W.Layout(min_width="180px"))
         self.arms = W.HTML("")
-        self.widget = W.VBox([
-            W.HBox([self.start, self.pause, self.resume, self.stop, self.trials, self.preset, self.strategy_set]),
-            W.HBox([W.HTML("<b>strategy mode</b>&nbsp;"), self.mode, self.pick]),
-            W.HBox([self.status, self.progress, self.eta]),
-            self.arms,
-        ])
+        self.widget = W.VBox(
+            [
+                W.HBox([self.start, self.pause, self.resume, self.stop, self.trials, self.preset, self.strategy_set]),
+                W.HBox([W.HTML("<b>strategy mode</b>&nbsp;"), self.mode, self.pick]),
+                W.HBox([self.status, self.progress, self.eta]),
+                self.arms,
+            ]
+        )
         self.start.on_click(lambda _b: actions.start())
         self.pause.on_click(lambda _b: actions.pause())
         self.resume.on_click(lambda _b: actions.resume())
@@ -76,8 +98,11 @@ class ControlsView:
         status = model.status
         if session is not None and session.status == "created" and not model.n_events:
             status = "ready"
-        running = session is not None and not model.terminal and (
-            model.n_events > 0 or session.status in ("running", "paused"))
+        running = (
+            session is not None
+            and not model.terminal
+            and (model.n_events > 0 or session.status in ("running", "paused"))
+        )
         paused = bool(session is not None and session.paused)
         ctrl = session.controller if session is not None else None
         with self.widget.hold_sync():
@@ -90,8 +115,10 @@ class ControlsView:
             self.progress.max = max(1, total)
             self.progress.value = min(model.trials_done, self.progress.max)
             eta = model.eta_seconds()
-            self.eta.value = (f"<span style='white-space:nowrap'>{model.trials_done}/{total} trials · "
-                              f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}</span>")
+            self.eta.value = (
+                f"<span style='white-space:nowrap'>{model.trials_done}/{total} trials · "
+                f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}</span>"
+            )
             self.status.value = self._status_html(model, status, paused, request, session, held)
             self._syncing = True
             try:
@@ -110,8 +137,13 @@ class ControlsView:
 
     @staticmethod
     def _status_html(model, status, paused, request, session, held: bool = False) -> str:
-        colors = {"running": "#2b8a3e", "paused": "#e67700", "finished": "#1864ab", "stopped": "#5c5f66",
-                  "failed": "#c92a2a"}
+        colors = {
+            "running": "#2b8a3e",
+            "paused": "#e67700",
+            "finished": "#1864ab",
+            "stopped": "#5c5f66",
+            "failed": "#c92a2a",
+        }
         shown = status
         if request == "pause" and status == "running":
             shown = "pausing (after the current candidate)"
@@ -124,8 +156,10 @@ class ControlsView:
         if session is not None and session.replay:
             parts.append("replay")
         if best:
-            parts.append(f"best {fmt(best['gflops'], '.1f')} GFLOPS ({fmt(best['latency_ms'], '.4f')} ms, "
-                         f"{html.escape(best['strategy'])})")
+            parts.append(
+                f"best {fmt(best['gflops'], '.1f')} GFLOPS ({fmt(best['latency_ms'], '.4f')} ms, "
+                f"{html.escape(best['strategy'])})"
+            )
         if model.naive_latency_ms and best:
             parts.append(f"{model.naive_latency_ms / best['latency_ms']:.1f}× vs naive")
         if model.runners:
@@ -151,8 +185,10 @@ class ControlsView:
         probe = f"probe {n['drift'] * 100:+.0f} %" if n["drift"] is not None else None
         if n["waiting"]:
             w = n["waiting_for"] or {}
-            who = ", ".join(f"{p.get('name')} (pid {p.get('pid')}) {fmt(p.get('cores'), '.2f')} cores"
-                            for p in w.get("processes") or [])
+            who = ", ".join(
+                f"{p.get('name')} (pid {p.get('pid')}) {fmt(p.get('cores'), '.2f')} cores"
+                for p in w.get("processes") or []
+            )
             if not who and w.get("other_cores") is not None:
                 who = f"other processes {fmt(w.get('other_cores'), '.2f')} cores"
             text, color = "timing: waiting for a quiet machine" + (f" — {who}" if who else ""), amber
@@ -166,8 +202,10 @@ class ControlsView:
             text, color = "timing: checked per measurement (no calibration probe)", "#5c5f66"
         else:
             text, color = "timing: quiet" + (f" ({probe})" if probe else ""), green
-        out = (f"<span class='wb-noise' style='color:{color}' title='{html.escape(n['line'] or text)}'>"
-               f"{html.escape(text)}</span>")
+        out = (
+            f"<span class='wb-noise' style='color:{color}' title='{html.escape(n['line'] or text)}'>"
+            f"{html.escape(text)}</span>"
+        )
         if n_noisy:
             out += f" · <span class='wb-noisy' style='color:{amber}'>{n_noisy} noisy</span>"
         if n["line"] and not n["waiting"]:
@@ -182,9 +220,11 @@ class ControlsView:
         out = []
         for name, h in sorted(runners.items()):
             st = h.get("state", "?")
-            out.append(f"<span class='wb-runner' style='color:{colors.get(st, '#333')}'>{html.escape(name)} "
-                       f"{html.escape(st)} ({h.get('measured', 0)} measured, {h.get('errors', 0)} errors, "
-                       f"{h.get('timeouts', 0)} timeouts)</span>")
+            out.append(
+                f"<span class='wb-runner' style='color:{colors.get(st, '#333')}'>{html.escape(name)} "
+                f"{html.escape(st)} ({h.get('measured', 0)} measured, {h.get('errors', 0)} errors, "
+                f"{h.get('timeouts', 0)} timeouts)</span>"
+            )
         return "runners: " + ", ".join(out)
 
     @staticmethod
@@ -200,13 +240,19 @@ class ControlsView:
             a = arms.get(s, {})
             sc = scores.get(s)
             flag = " (pruned)" if a.get("pruned") else " (exhausted)" if a.get("exhausted") else ""
-            rows.append(f"<tr><td>{html.escape(s)}{flag}</td><td>{fmt(sc, '.3f', 'warm-up' if s in scores else '—')}</td>"
-                        f"<td>{a.get('rounds', '—')}</td><td>{a.get('trials', '—')}</td>"
-                        f"<td>{fmt(a.get('best_ms'), '.4f')}</td></tr>")
+            rows.append(
+                f"<tr><td>{html.escape(s)}{flag}</td><td>{fmt(sc, '.3f', 'warm-up' if s in scores else '—')}</td>"
+                f"<td>{a.get('rounds', '—')}</td><td>{a.get('trials', '—')}</td>"
+                f"<td>{fmt(a.get('best_ms'), '.4f')}</td></tr>"
+            )
         last = ""
         if c.get("strategy"):
-            last = (f"round {c.get('round')}: <b>{html.escape(str(c['strategy']))}</b> chosen by "
-                    f"{html.escape(str(c.get('chosen_by')))} — {html.escape(str(c.get('reason') or ''))}")
-        return (f"<div style='font-size:12px'>controller mode <b>{html.escape(str(mode))}</b> · {last}"
-                "<table style='font-size:12px'><tr><th>strategy</th><th>score</th><th>rounds</th><th>trials</th>"
-                f"<th>best ms</th></tr>{''.join(rows)}</table></div>")
+            last = (
+                f"round {c.get('round')}: <b>{html.escape(str(c['strategy']))}</b> chosen by "
+                f"{html.escape(str(c.get('chosen_by')))} — {html.escape(str(c.get('reason') or ''))}"
+            )
+        return (
+            f"<div style='font-size:12px'>controller mode <b>{html.escape(str(mode))}</b> · {last}"
+            "<table style='font-size:12px'><tr><th>strategy</th><th>score</th><th>rounds</th><th>trials</th>"
+            f"<th>best ms</th></tr>{''.join(rows)}</table></div>"
+        )

@@ -27,24 +27,40 @@ def round_quality(records: list[dict], topk_share: float = 0.25) -> pd.DataFrame
         g = g[g["predicted_score"].notna()]
         ok = g[g["gflops"].notna() & g["error_class"].isna()]
         k = max(1, int(round(len(g) * topk_share)))
-        rows.append({
-            "round": int(rnd), "strategy": g["strategy"].iloc[0] if len(g) else None, "n": int(len(g)),
-            "spearman": spearman(ok["predicted_score"], ok["gflops"]),
-            "kendall": kendall_tau(ok["predicted_score"], ok["gflops"]),
-            "k": k,
-            "topk_recall": topk_recall(g["predicted_score"], g["gflops"].fillna(0.0), k) if len(g) else math.nan,
-        })
+        rows.append(
+            {
+                "round": int(rnd),
+                "strategy": g["strategy"].iloc[0] if len(g) else None,
+                "n": int(len(g)),
+                "spearman": spearman(ok["predicted_score"], ok["gflops"]),
+                "kendall": kendall_tau(ok["predicted_score"], ok["gflops"]),
+                "k": k,
+                "topk_recall": topk_recall(g["predicted_score"], g["gflops"].fillna(0.0), k) if len(g) else math.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 class CostModelView:
     def __init__(self, max_points: int = 400, height: int = 340):
         self.max_points = max_points
-        self.fig = go.FigureWidget(make_subplots(
-            rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.09,
-            subplot_titles=("predicted score vs measured", "ranking quality per round")))
-        self.fig.update_layout(height=height, margin=dict(l=50, r=10, t=40, b=40), template="plotly_white",
-                               legend=dict(orientation="h", y=-0.2), hovermode="closest", uirevision="keep")
+        self.fig = go.FigureWidget(
+            make_subplots(
+                rows=1,
+                cols=2,
+                column_widths=[0.58, 0.42],
+                horizontal_spacing=0.09,
+                subplot_titles=("predicted score vs measured", "ranking quality per round"),
+            )
+        )
+        self.fig.update_layout(
+            height=height,
+            margin=dict(l=50, r=10, t=40, b=40),
+            template="plotly_white",
+            legend=dict(orientation="h", y=-0.2),
+            hovermode="closest",
+            uirevision="keep",
+        )
         self.fig.update_xaxes(title_text="predicted score (higher = faster)", row=1, col=1)
         self.fig.update_yaxes(title_text="measured GFLOPS", row=1, col=1)
         self.fig.update_xaxes(title_text="round", row=1, col=2, dtick=1)
@@ -66,13 +82,21 @@ class CostModelView:
     def _build_traces(self, strategies) -> None:
         self.fig.data = []
         for s in strategies:
-            self.fig.add_trace(go.Scatter(name=s, mode="markers", marker=dict(color=color_of(s, strategies), size=7,
-                                                                              opacity=0.75),
-                                          hovertemplate="%{text}<extra></extra>"), row=1, col=1)
+            self.fig.add_trace(
+                go.Scatter(
+                    name=s,
+                    mode="markers",
+                    marker=dict(color=color_of(s, strategies), size=7, opacity=0.75),
+                    hovertemplate="%{text}<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
         for name, dash in (("Spearman ρ", "solid"), ("Kendall τ", "dot"), ("top-k recall", "dash")):
-            self.fig.add_trace(go.Scatter(name=name, mode="lines+markers", line=dict(color="#444", dash=dash)),
-                               row=1, col=2)
-        for tr in self.fig.data[:len(strategies)]:
+            self.fig.add_trace(
+                go.Scatter(name=name, mode="lines+markers", line=dict(color="#444", dash=dash)), row=1, col=2
+            )
+        for tr in self.fig.data[: len(strategies)]:
             tr.on_click(self._clicked)
         self._strategies = list(strategies)
         self._ids = [[] for _ in strategies]
@@ -85,8 +109,11 @@ class CostModelView:
         self.quality = round_quality(model.records)
         with self.fig.batch_update():
             for i, s in enumerate(self._strategies):
-                pts = [r for r in model.records if r["strategy"] == s and r.get("predicted_score") is not None
-                       and r.get("gflops") is not None]
+                pts = [
+                    r
+                    for r in model.records
+                    if r["strategy"] == s and r.get("predicted_score") is not None and r.get("gflops") is not None
+                ]
                 pts = [pts[j] for j in decimate(len(pts), self.max_points)]
                 t = self.fig.data[i]
                 t.x = [r["predicted_score"] for r in pts]

@@ -42,9 +42,19 @@ class Dashboard:
     creates one with ``f(trials=, preset=, strategy=)`` when Start is pressed.
     """
 
-    def __init__(self, session=None, *, session_factory=None, trials: int = 64, preset: str = "quick",
-                 strategy: str = "auto", max_hz: float = 4.0, max_points: int = 400, autopump: bool = True,
-                 title: str | None = None):
+    def __init__(
+        self,
+        session=None,
+        *,
+        session_factory=None,
+        trials: int = 64,
+        preset: str = "quick",
+        strategy: str = "auto",
+        max_hz: float = 4.0,
+        max_points: int = 400,
+        autopump: bool = True,
+        title: str | None = None,
+    ):
         if session is None and session_factory is None:
             raise ValueError("a Dashboard needs a session or a session_factory")
         if not 0 < max_hz <= 4.0:
@@ -73,13 +83,15 @@ class Dashboard:
         self.table = RecordsTable()
         self.inspector = CandidateInspector(self.model, self._store_of)
         self.sketches = SketchView(self._workload_of)
-        self.controls = ControlsView(self, trials=trials, preset=preset, strategy=strategy,
-                                     can_configure=session is None)
+        self.controls = ControlsView(
+            self, trials=trials, preset=preset, strategy=strategy, can_configure=session is None
+        )
         for view in (self.throughput, self.cost_model):
             view.on_select(self._select)
-        self.tabs = W.Tab(children=[self.cost_model.fig, self.table.widget, self.inspector.widget,
-                                    self.sketches.widget],
-                          titles=["Cost model", "Records", "Inspector", "Sketches"])
+        self.tabs = W.Tab(
+            children=[self.cost_model.fig, self.table.widget, self.inspector.widget, self.sketches.widget],
+            titles=["Cost model", "Records", "Inspector", "Sketches"],
+        )
         self.title = W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title or 'Tuning Workbench')}</h3>")
         self.widget = W.VBox([self.title, self.controls.widget, self.throughput.fig, self.tabs])
         if session is not None:
@@ -87,23 +99,39 @@ class Dashboard:
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
-    def for_workload(cls, workload: str, trials: int = 64, db: str = "workbench.db", preset: str = "quick",
-                     strategy: str = "auto", seed: int = 0, **kw) -> "Dashboard":
+    def for_workload(
+        cls,
+        workload: str,
+        trials: int = 64,
+        db: str = "workbench.db",
+        preset: str = "quick",
+        strategy: str = "auto",
+        seed: int = 0,
+        **kw,
+    ) -> "Dashboard":
         """A dashboard whose Start button creates ``TuningSession(workload, ...)`` with the chosen settings."""
         from workbench import TuningSession
 
         overrides = kw.pop("preset_overrides", {})
 
         def factory(trials, preset, strategy):
-            return TuningSession(workload, trials=trials, preset=preset, strategy=strategy, seed=seed, db=db,
-                                 **overrides)
+            return TuningSession(
+                workload, trials=trials, preset=preset, strategy=strategy, seed=seed, db=db, **overrides
+            )
 
-        return cls(session_factory=factory, trials=trials, preset=preset, strategy=strategy,
-                   title=kw.pop("title", f"Tuning Workbench · {workload}"), **kw)
+        return cls(
+            session_factory=factory,
+            trials=trials,
+            preset=preset,
+            strategy=strategy,
+            title=kw.pop("title", f"Tuning Workbench · {workload}"),
+            **kw,
+        )
 
     @classmethod
-    def replay(cls, db: str, session_id: int | None = None, speed: float = 10.0, max_gap: float = 2.0,
-               **kw) -> "Dashboard":
+    def replay(
+        cls, db: str, session_id: int | None = None, speed: float = 10.0, max_gap: float = 2.0, **kw
+    ) -> "Dashboard":
         """A dashboard whose Start button replays a recorded session's events as if live."""
         from workbench.replay import ReplaySession
 
@@ -111,8 +139,13 @@ class Dashboard:
             return ReplaySession(db, session_id=session_id, speed=speed, max_gap=max_gap)
 
         probe = ReplaySession(db, session_id=session_id)
-        dash = cls(session_factory=factory, trials=probe.trials, strategy=probe.row["strategy_arg"],
-                   title=kw.pop("title", f"Replay · {probe.workload_name} · {os.path.basename(db)}"), **kw)
+        dash = cls(
+            session_factory=factory,
+            trials=probe.trials,
+            strategy=probe.row["strategy_arg"],
+            title=kw.pop("title", f"Replay · {probe.workload_name} · {os.path.basename(db)}"),
+            **kw,
+        )
         dash.controls.trials.disabled = dash.controls.preset.disabled = dash.controls.strategy_set.disabled = True
         probe.store.close()
         return dash
@@ -272,8 +305,7 @@ class Dashboard:
         for ev in events:
             self.model.apply(ev)
         s = self.session
-        if (s is not None and not self.model.terminal and s.status in TERMINAL
-                and not self._alive(s)):
+        if s is not None and not self.model.terminal and s.status in TERMINAL and not self._alive(s):
             # a ReplaySession stopped mid-way ends without a terminal event; its status is the truth
             self.model.status = s.status
             self.model.mark(STATUS)

@@ -21,11 +21,21 @@ def diff_html(old: str, new: str, old_name: str, new_name: str) -> str:
         return "<i>identical to the current best</i>"
     out = []
     for ln in lines:
-        bg = "#e6ffec" if ln.startswith("+") else "#ffebe9" if ln.startswith("-") else \
-            "#ddf4ff" if ln.startswith("@@") else "transparent"
+        bg = (
+            "#e6ffec"
+            if ln.startswith("+")
+            else "#ffebe9"
+            if ln.startswith("-")
+            else "#ddf4ff"
+            if ln.startswith("@@")
+            else "transparent"
+        )
         out.append(f"<span style='background:{bg}'>{html.escape(ln)}</span>")
-    return ("<pre style='font-size:12px;line-height:1.3;max-height:480px;overflow:auto;margin:0'>"
-            + "\n".join(out) + "</pre>")
+    return (
+        "<pre style='font-size:12px;line-height:1.3;max-height:480px;overflow:auto;margin:0'>"
+        + "\n".join(out)
+        + "</pre>"
+    )
 
 
 class CandidateInspector:
@@ -84,18 +94,29 @@ class CandidateInspector:
             p = self._program(record_id)
             rec = p["record"]
             # the model's copy is current: a re-measured best's latency, a record marked noisy after its round
-            live = {**rec, **{k: v for k, v in (self.model.by_id.get(record_id) or {}).items()
-                              if k in ("latency_ms", "gflops", "noisy", "noisy_reason", "cv")}}
+            live = {
+                **rec,
+                **{
+                    k: v
+                    for k, v in (self.model.by_id.get(record_id) or {}).items()
+                    if k in ("latency_ms", "gflops", "noisy", "noisy_reason", "cv")
+                },
+            }
             best = self.model.best
             with self.widget.hold_sync():
-                status = (f"<b style='color:#c00'>{html.escape(str(rec['error_class']))}</b>" if rec["error_class"]
-                          else f"{fmt(live['latency_ms'], '.4f')} ms · {fmt(live['gflops'], '.1f')} GFLOPS"
-                               + (" · verified" if rec["verified"] else ""))
+                status = (
+                    f"<b style='color:#c00'>{html.escape(str(rec['error_class']))}</b>"
+                    if rec["error_class"]
+                    else f"{fmt(live['latency_ms'], '.4f')} ms · {fmt(live['gflops'], '.1f')} GFLOPS"
+                    + (" · verified" if rec["verified"] else "")
+                )
                 if live.get("noisy"):
                     status += f" · <span style='color:#e67700'>{html.escape(noise_note(live))}</span>"
-                self.header.value = (f"<b>trial {rec['trial']}</b> (record {rec['id']}) · round {rec['round']} · "
-                                     f"{html.escape(rec['strategy'])} chosen by {html.escape(rec['chosen_by'])} · "
-                                     f"{status} · predicted {fmt(rec['predicted_score'], '.3f')}")
+                self.header.value = (
+                    f"<b>trial {rec['trial']}</b> (record {rec['id']}) · round {rec['round']} · "
+                    f"{html.escape(rec['strategy'])} chosen by {html.escape(rec['chosen_by'])} · "
+                    f"{status} · predicted {fmt(rec['predicted_score'], '.3f')}"
+                )
                 self.trial.value = rec["trial"]
                 if p["replay_error"]:
                     self.panes[0].value = pre("the stored trace does not replay:\n" + p["replay_error"])
@@ -109,17 +130,26 @@ class CandidateInspector:
                     self.panes[2].value = "<i>this candidate is the current best</i>"
                 else:
                     b = self._program(best["id"])
-                    self.panes[2].value = diff_html(b["tir"] or "", p["tir"] or "", f"best (trial {best['trial']})",
-                                                    f"trial {rec['trial']}")
-                self.panes[3].value = (pre(f"{rec['error_class']}\n\n{rec['error_msg'] or ''}", "color:#a00")
-                                       if rec["error_class"] else "<i>no error: this candidate built, ran and "
-                                       + ("was verified</i>" if rec["verified"] else "was timed</i>"))
+                    self.panes[2].value = diff_html(
+                        b["tir"] or "", p["tir"] or "", f"best (trial {best['trial']})", f"trial {rec['trial']}"
+                    )
+                self.panes[3].value = (
+                    pre(f"{rec['error_class']}\n\n{rec['error_msg'] or ''}", "color:#a00")
+                    if rec["error_class"]
+                    else "<i>no error: this candidate built, ran and "
+                    + ("was verified</i>" if rec["verified"] else "was timed</i>")
+                )
                 if rec["error_class"]:
                     self.tabs.selected_index = 3
 
     @staticmethod
     def _decisions_html(decisions) -> str:
-        rows = "".join(f"<tr><td>{i}</td><td>{html.escape(d.kind)}</td><td>{html.escape(d.attrs)}</td>"
-                       f"<td><b>{html.escape(str(d.value))}</b></td></tr>" for i, d in enumerate(decisions))
-        return ("<table style='font-size:12px;margin-bottom:6px'><tr><th>#</th><th>sampling instruction</th>"
-                f"<th>attributes</th><th>decision</th></tr>{rows}</table>")
+        rows = "".join(
+            f"<tr><td>{i}</td><td>{html.escape(d.kind)}</td><td>{html.escape(d.attrs)}</td>"
+            f"<td><b>{html.escape(str(d.value))}</b></td></tr>"
+            for i, d in enumerate(decisions)
+        )
+        return (
+            "<table style='font-size:12px;margin-bottom:6px'><tr><th>#</th><th>sampling instruction</th>"
+            f"<th>attributes</th><th>decision</th></tr>{rows}</table>"
+        )

@@ -65,14 +65,18 @@ class SessionModel:
     @staticmethod
     def _quiet_noise() -> dict:
         return {
-            "probe_ms": None, "baseline_ms": None, "drift": None, "when": None,  # the latest calibration
-            "events": 0,       # measurement_noise events so far
-            "line": "",        # the latest of them, in words (workbench.noise.describe)
-            "source": None, "state": None,  # ... and its source and state
+            "probe_ms": None,
+            "baseline_ms": None,
+            "drift": None,
+            "when": None,  # the latest calibration
+            "events": 0,  # measurement_noise events so far
+            "line": "",  # the latest of them, in words (workbench.noise.describe)
+            "source": None,
+            "state": None,  # ... and its source and state
             "waiting": False,  # the session waits for a quiet machine (state "waiting" until "quiet"/"gave-up")
             "waiting_for": None,  # that wait's event data (other_cores, processes, why)
             "marking": False,  # a wait gave up: timings are marked noisy, not waited for, until the machine is quiet
-            "remeasured": 0,   # best_remeasured events so far
+            "remeasured": 0,  # best_remeasured events so far
             # what the latest signal said: "quiet", "disturbed" (a timing was noisy), "drift" (the probe is slower
             # than the session's baseline), or None before any
             "level": None,
@@ -132,8 +136,14 @@ class SessionModel:
             if "n" in d:
                 info["n"] = d["n"]
         if k == EventKind.CONTROLLER_DECISION:
-            self.controller.update(mode=d.get("mode"), scores=d.get("scores") or {}, reason=d.get("reason"),
-                                   strategy=d.get("strategy"), chosen_by=d.get("chosen_by"), round=r)
+            self.controller.update(
+                mode=d.get("mode"),
+                scores=d.get("scores") or {},
+                reason=d.get("reason"),
+                strategy=d.get("strategy"),
+                chosen_by=d.get("chosen_by"),
+                round=r,
+            )
             self.mode = d.get("mode") or self.mode
             self.mark(CONTROLLER)
         self.mark(STATUS)
@@ -151,8 +161,11 @@ class SessionModel:
         self.mark(CONTROLLER, STATUS)
 
     def _on_model_trained(self, k, d: dict, ev) -> None:
-        self.controller["model"] = {"round": d.get("round"), "n_samples": d.get("n_samples"),
-                                    "seconds": d.get("seconds")}
+        self.controller["model"] = {
+            "round": d.get("round"),
+            "n_samples": d.get("n_samples"),
+            "seconds": d.get("seconds"),
+        }
         self.mark(CONTROLLER)
 
     def _on_runner_health(self, k, d: dict, ev) -> None:
@@ -174,8 +187,9 @@ class SessionModel:
     def _noise_event(self, k, d: dict, ev=None) -> None:
         n = self.noise
         if k == EventKind.CALIBRATION:
-            n.update(probe_ms=d.get("probe_ms"), baseline_ms=d.get("baseline_ms"), drift=d.get("drift"),
-                     when=d.get("when"))
+            n.update(
+                probe_ms=d.get("probe_ms"), baseline_ms=d.get("baseline_ms"), drift=d.get("drift"), when=d.get("when")
+            )
             drift = d.get("drift")
             if drift is not None and drift <= DRIFT_LIMIT:
                 n["marking"] = False  # as the session does: a probe within bounds ends marking-only
@@ -187,8 +201,13 @@ class SessionModel:
             n["events"] += 1
             n["source"], n["state"] = d.get("source"), d.get("state")
             n["line"] = noise_line(d)
-            n["level"] = {"noisy": "disturbed", "marked": "disturbed", "drift": "drift", "quiet": "quiet",
-                          "remeasured": "quiet"}.get(d.get("state"), n["level"])
+            n["level"] = {
+                "noisy": "disturbed",
+                "marked": "disturbed",
+                "drift": "drift",
+                "quiet": "quiet",
+                "remeasured": "quiet",
+            }.get(d.get("state"), n["level"])
             if d.get("source") == "load":
                 if d.get("state") == "waiting":
                     n["waiting"], n["waiting_for"] = True, dict(d)

@@ -28,12 +28,17 @@ def sketch_html(sketch, filled=None) -> str:
         if i in marks:
             j = marks.index(i)
             val = "?" if filled is None or j >= len(filled) else html.escape(str(filled[j].value))
-            out.append(f"<span style='background:#fff3bf'>{html.escape(ln)}</span>"
-                       f"  <b style='color:#0b7285'># decision {j}: {val}</b>")
+            out.append(
+                f"<span style='background:#fff3bf'>{html.escape(ln)}</span>"
+                f"  <b style='color:#0b7285'># decision {j}: {val}</b>"
+            )
         else:
             out.append(html.escape(ln))
-    return ("<pre style='font-size:12px;line-height:1.3;max-height:420px;overflow:auto;margin:0'>"
-            + "\n".join(out) + "</pre>")
+    return (
+        "<pre style='font-size:12px;line-height:1.3;max-height:420px;overflow:auto;margin:0'>"
+        + "\n".join(out)
+        + "</pre>"
+    )
 
 
 class SketchView:
@@ -48,8 +53,14 @@ class SketchView:
         self.annotate_button = W.Button(description="Annotate", disabled=True, layout=W.Layout(width="100px"))
         self.summary = W.HTML("<i>press ‘Load design spaces’</i>")
         self.body = W.HTML()
-        self.widget = W.VBox([W.HBox([self.strategy, self.load_button]),
-                              W.HBox([self.sketch, self.seed, self.annotate_button]), self.summary, self.body])
+        self.widget = W.VBox(
+            [
+                W.HBox([self.strategy, self.load_button]),
+                W.HBox([self.sketch, self.seed, self.annotate_button]),
+                self.summary,
+                self.body,
+            ]
+        )
         self.sketches: list = []
         self.annotation = None  # the last annotated Schedule (None if the postprocessors rejected it)
         self._lock = threading.Lock()
@@ -72,14 +83,17 @@ class SketchView:
             rows = "".join(
                 f"<tr><td>{s.index}</td><td>{len(s.decisions)}</td>"
                 f"<td>{html.escape(', '.join(sorted({d.kind for d in s.decisions})))}</td>"
-                f"<td>{len(s.trace_unfilled.splitlines()) - 2}</td></tr>" for s in self.sketches)
+                f"<td>{len(s.trace_unfilled.splitlines()) - 2}</td></tr>"
+                for s in self.sketches
+            )
             with self.widget.hold_sync():
                 self.summary.value = (
                     f"<b>{html.escape(wl.name)}</b> ({html.escape(wl.describe())}) with "
                     f"<b>{html.escape(self.strategy.value)}</b>: {len(self.sketches)} sketches. A sketch fixes the loop "
                     "structure; its sampling instructions are open decisions an annotation fills in."
                     "<table style='font-size:12px'><tr><th>sketch</th><th>open decisions</th><th>kinds</th>"
-                    f"<th>trace lines</th></tr>{rows}</table>")
+                    f"<th>trace lines</th></tr>{rows}</table>"
+                )
                 self.sketch.options = [(f"sketch {s.index}", s.index) for s in self.sketches]
                 self.sketch.value = self.sketches[0].index if self.sketches else None
                 self.annotate_button.disabled = not self.sketches
@@ -102,11 +116,15 @@ class SketchView:
             sch = space.annotate(self.workload_of(), sk.index, self.seed.value, self.strategy.value)
             self.annotation = sch
             if sch is None:
-                self.body.value = (f"<b style='color:#c00'>seed {self.seed.value}: the postprocessors rejected this "
-                                   "annotation</b> (an invalid sample, e.g. a loop that cannot be vectorized); "
-                                   "the search simply draws again. Try another seed.") + sketch_html(sk)
+                self.body.value = (
+                    f"<b style='color:#c00'>seed {self.seed.value}: the postprocessors rejected this "
+                    "annotation</b> (an invalid sample, e.g. a loop that cannot be vectorized); "
+                    "the search simply draws again. Try another seed."
+                ) + sketch_html(sk)
                 return None
             filled = space.decisions_of(sch.trace)
-            self.body.value = (f"<b>seed {self.seed.value}</b>: every highlighted decision now has a value; "
-                               "the result is a complete program.") + sketch_html(sk, filled)
+            self.body.value = (
+                f"<b>seed {self.seed.value}</b>: every highlighted decision now has a value; "
+                "the result is a complete program."
+            ) + sketch_html(sk, filled)
             return sch

@@ -32,12 +32,23 @@ class ThroughputView:
 
     def __init__(self, max_points: int = 400, height: int = 360):
         self.max_points = max_points
-        self.fig = go.FigureWidget(make_subplots(
-            rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-            subplot_titles=("best-so-far vs trial", "best-so-far vs wall time")))
-        self.fig.update_layout(height=height, margin=dict(l=50, r=10, t=40, b=40), hovermode="closest",
-                               legend=dict(orientation="h", y=-0.18), template="plotly_white",
-                               uirevision="keep")
+        self.fig = go.FigureWidget(
+            make_subplots(
+                rows=1,
+                cols=2,
+                shared_yaxes=True,
+                horizontal_spacing=0.04,
+                subplot_titles=("best-so-far vs trial", "best-so-far vs wall time"),
+            )
+        )
+        self.fig.update_layout(
+            height=height,
+            margin=dict(l=50, r=10, t=40, b=40),
+            hovermode="closest",
+            legend=dict(orientation="h", y=-0.18),
+            template="plotly_white",
+            uirevision="keep",
+        )
         self.fig.update_xaxes(title_text="trial", row=1, col=1)
         self.fig.update_xaxes(title_text="elapsed (s)", row=1, col=2)
         self.fig.update_yaxes(title_text="GFLOPS", row=1, col=1)
@@ -62,12 +73,33 @@ class ThroughputView:
         for s in strategies:
             c = color_of(s, strategies)
             for col, _xkind in ((1, "trial"), (2, "elapsed")):
-                traces.append((go.Scatter(name=s, legendgroup=s, showlegend=False, mode="markers",
-                                          marker=dict(color=c, size=6, opacity=0.28),
-                                          hovertemplate="%{text}<extra></extra>"), col))
-                traces.append((go.Scatter(name=s, legendgroup=s, showlegend=col == 1, mode="lines+markers",
-                                          line=dict(color=c, width=2.5, shape="hv"), marker=dict(color=c, size=7),
-                                          hovertemplate="%{text}<extra>best so far</extra>"), col))
+                traces.append(
+                    (
+                        go.Scatter(
+                            name=s,
+                            legendgroup=s,
+                            showlegend=False,
+                            mode="markers",
+                            marker=dict(color=c, size=6, opacity=0.28),
+                            hovertemplate="%{text}<extra></extra>",
+                        ),
+                        col,
+                    )
+                )
+                traces.append(
+                    (
+                        go.Scatter(
+                            name=s,
+                            legendgroup=s,
+                            showlegend=col == 1,
+                            mode="lines+markers",
+                            line=dict(color=c, width=2.5, shape="hv"),
+                            marker=dict(color=c, size=7),
+                            hovertemplate="%{text}<extra>best so far</extra>",
+                        ),
+                        col,
+                    )
+                )
         with self.fig.batch_update():
             self.fig.data = []
         for tr, col in traces:
@@ -95,8 +127,11 @@ class ThroughputView:
                 steps = list(model.best_steps.get(s, []))
                 last = model.last_by_strategy.get(s)
                 # extend the step curve to the strategy's latest trial so its flat tail is visible
-                tail = steps + ([dict(steps[-1], trial=last["trial"], elapsed_s=last["elapsed_s"])]
-                                if steps and last and last["trial"] != steps[-1]["trial"] else [])
+                tail = steps + (
+                    [dict(steps[-1], trial=last["trial"], elapsed_s=last["elapsed_s"])]
+                    if steps and last and last["trial"] != steps[-1]["trial"]
+                    else []
+                )
                 for k, key in enumerate(("trial", "elapsed_s")):
                     raw_t, best_t = self.fig.data[4 * i + 2 * k], self.fig.data[4 * i + 2 * k + 1]
                     raw_t.x = [r[key] for r in raw]

@@ -6,6 +6,14 @@ from .session import TuningSession
 from .store import RecordStore
 from .workloads import Workload, registry, workload_from_spec
 
-__all__ = ["TuningSession", "RecordStore", "Workload", "Event", "EventQueue", "WorkbenchError", "registry",
-           "workload_from_spec"]
+__all__ = [
+    "TuningSession",
+    "RecordStore",
+    "Workload",
+    "Event",
+    "EventQueue",
+    "WorkbenchError",
+    "registry",
+    "workload_from_spec",
+]
 __version__ = "0.1.0"

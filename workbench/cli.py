@@ -23,8 +23,11 @@ EXIT_USER = 2
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
-        sys.stderr.write(f"workbench: error: {message} (see 'workbench {self.prog.split()[-1]} --help')\n"
-                         if " " in self.prog else f"workbench: error: {message} (see 'workbench --help')\n")
+        sys.stderr.write(
+            f"workbench: error: {message} (see 'workbench {self.prog.split()[-1]} --help')\n"
+            if " " in self.prog
+            else f"workbench: error: {message} (see 'workbench --help')\n"
+        )
         sys.exit(EXIT_USER)
 
 
@@ -54,26 +57,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tune", help="tune one workload, or a network's layers in one session")
     t.add_argument("workload", nargs="?", help="a registered workload or network name (see 'workbench workloads')")
-    t.add_argument("--spec", help="a JSON file with one workload spec, or a list: all of them are tuned as one "
-                                  "network (their 'weight' = multiplicity) unless --workload picks one")
+    t.add_argument(
+        "--spec",
+        help="a JSON file with one workload spec, or a list: all of them are tuned as one "
+        "network (their 'weight' = multiplicity) unless --workload picks one",
+    )
     t.add_argument("--workload", dest="pick", help="which workload of a --spec list to tune on its own")
-    t.add_argument("--trials", type=_positive, default=None,
-                   help="trial budget (default 64; with --resume, the stored budget); for a network, the budget "
-                        "of all its layers together (default: two rounds per layer)")
+    t.add_argument(
+        "--trials",
+        type=_positive,
+        default=None,
+        help="trial budget (default 64; with --resume, the stored budget); for a network, the budget "
+        "of all its layers together (default: two rounds per layer)",
+    )
     t.add_argument("--preset", default="quick", help="quick (2-core sized) or faithful (Ansor's defaults)")
     t.add_argument("--trials-per-round", type=_positive, default=None, help="override the preset's batch size")
     t.add_argument("--seed", type=_int, default=0)
     t.add_argument("--db", default="workbench.db", help="records store (SQLite), created if missing")
     t.add_argument("--resume", action="store_true", help="continue the latest session of this workload in --db")
-    t.add_argument("--target", default="host", help="'host' or a JSON object, e.g. '{\"kind\":\"llvm\",\"mcpu\":\"znver4\"}'")
-    t.add_argument("--strategy", default="auto", help="auto | auto:NAME,NAME... | all | NAME[,NAME...] of no-rewrite, transform-stage, pre-transformed, packed")
-    t.add_argument("--runner", default="local",
-                   help="where candidates are timed: local (default) or rpc://HOST:PORT/KEY, the servers registered "
-                        "under KEY at a TVM RPC tracker (see README, 'Measuring over RPC')")
-    t.add_argument("--noise", choices=["wait", "mark", "off"], default=None,
-                   help="a disturbed timing (another process took a core, the calibration probe drifted): wait for "
-                        "a quiet machine and re-time it (wait, the default), only mark the record noisy (mark), or "
-                        "check nothing (off); see docs/measurement.md")
+    t.add_argument(
+        "--target", default="host", help='\'host\' or a JSON object, e.g. \'{"kind":"llvm","mcpu":"znver4"}\''
+    )
+    t.add_argument(
+        "--strategy",
+        default="auto",
+        help="auto | auto:NAME,NAME... | all | NAME[,NAME...] of no-rewrite, transform-stage, pre-transformed, packed",
+    )
+    t.add_argument(
+        "--runner",
+        default="local",
+        help="where candidates are timed: local (default) or rpc://HOST:PORT/KEY, the servers registered "
+        "under KEY at a TVM RPC tracker (see README, 'Measuring over RPC')",
+    )
+    t.add_argument(
+        "--noise",
+        choices=["wait", "mark", "off"],
+        default=None,
+        help="a disturbed timing (another process took a core, the calibration probe drifted): wait for "
+        "a quiet machine and re-time it (wait, the default), only mark the record noisy (mark), or "
+        "check nothing (off); see docs/measurement.md",
+    )
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -86,11 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("workload")
     b.add_argument("--tir", action="store_true", help="also print the program as TVMScript")
     b.add_argument("--export", metavar="PATH", help="compile the program into a shared library at PATH")
-    b.add_argument("--time", action="store_true",
-                   help="time the program standalone now (fresh worker processes, 10 repeats) beside the stored "
-                        "latency: the self-check of a published figure")
-    b.add_argument("--threads", type=_positive, default=None,
-                   help="threads for --time (default: the session target's num-cores)")
+    b.add_argument(
+        "--time",
+        action="store_true",
+        help="time the program standalone now (fresh worker processes, 10 repeats) beside the stored "
+        "latency: the self-check of a published figure",
+    )
+    b.add_argument(
+        "--threads", type=_positive, default=None, help="threads for --time (default: the session target's num-cores)"
+    )
     b.add_argument("--json", action="store_true")
 
     e = sub.add_parser("export", help="export a store to a MetaSchedule JSONDatabase directory")
@@ -111,10 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--width", type=_positive, default=64, help="channels of the first stage (default 64)")
     m.add_argument("--stages", type=_positive, default=4, help="residual stages, 1-4 (default 4)")
     m.add_argument("--batch", type=_positive, default=1)
-    m.add_argument("--trials", type=_positive, default=None, help="budget for all tasks together (default: two "
-                                                                   "rounds per tuned task)")
-    m.add_argument("--max-tasks", type=_positive, default=None,
-                   help="tune only the K tasks with the largest calls x FLOPs (the rest keep TVM's default lowering)")
+    m.add_argument(
+        "--trials",
+        type=_positive,
+        default=None,
+        help="budget for all tasks together (default: two rounds per tuned task)",
+    )
+    m.add_argument(
+        "--max-tasks",
+        type=_positive,
+        default=None,
+        help="tune only the K tasks with the largest calls x FLOPs (the rest keep TVM's default lowering)",
+    )
     m.add_argument("--trials-per-round", type=_positive, default=None)
     m.add_argument("--strategy", default="no-rewrite")
     m.add_argument("--seed", type=_int, default=0)
@@ -138,9 +173,17 @@ def cmd_workloads(args) -> int:
 
     reg = registry()
     if args.json:
-        print(json.dumps({"workloads": [dict(w.spec(), flops=w.flops, reference=w.reference_kind,
-                                             source=w.source) for w in reg.workloads.values()],
-                          "networks": {k: [w.name for w in v] for k, v in reg.networks.items()}}))
+        print(
+            json.dumps(
+                {
+                    "workloads": [
+                        dict(w.spec(), flops=w.flops, reference=w.reference_kind, source=w.source)
+                        for w in reg.workloads.values()
+                    ],
+                    "networks": {k: [w.name for w in v] for k, v in reg.networks.items()},
+                }
+            )
+        )
         return 0
     for suite, names in reg.suites.items():
         print(f"# {suite}")
@@ -164,7 +207,9 @@ def _resolve_tune_workload(args):
             for w in ws:
                 if w.name == args.pick:
                     return w
-            raise WorkbenchError(f"--workload {args.pick!r} is not in {args.spec!r}; it has: {', '.join(w.name for w in ws)}")
+            raise WorkbenchError(
+                f"--workload {args.pick!r} is not in {args.spec!r}; it has: {', '.join(w.name for w in ws)}"
+            )
         if len(ws) > 1:
             return os.path.splitext(os.path.basename(args.spec))[0], ws
         return ws[0]
@@ -195,21 +240,36 @@ def cmd_tune(args) -> int:
         row = store.latest_session(workload.name)
         if row is None:
             raise WorkbenchError(f"nothing to resume: {args.db!r} has no session for {workload.name!r}")
-        session = TuningSession.resume(store, session_id=row["id"], trials=args.trials, runner=args.runner,
-                                       **({"noise": args.noise} if args.noise else {}))
+        session = TuningSession.resume(
+            store,
+            session_id=row["id"],
+            trials=args.trials,
+            runner=args.runner,
+            **({"noise": args.noise} if args.noise else {}),
+        )
     else:
         overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
         if args.noise:
             overrides["noise"] = args.noise
-        session = TuningSession(workload, target=args.target, trials=args.trials or 64, preset=args.preset, seed=args.seed,
-                                db=store, strategy=args.strategy, runner=args.runner, **overrides)
+        session = TuningSession(
+            workload,
+            target=args.target,
+            trials=args.trials or 64,
+            preset=args.preset,
+            seed=args.seed,
+            db=store,
+            strategy=args.strategy,
+            runner=args.runner,
+            **overrides,
+        )
 
     bar = None
     if not args.quiet:
         from tqdm import tqdm
 
-        bar = tqdm(total=session.trials, desc=workload.name, unit="trial", file=sys.stderr, dynamic_ncols=True,
-                   initial=0)
+        bar = tqdm(
+            total=session.trials, desc=workload.name, unit="trial", file=sys.stderr, dynamic_ncols=True, initial=0
+        )
 
         def on_event(e):
             if e.kind == K.SESSION_STARTED:
@@ -236,6 +296,7 @@ def cmd_tune(args) -> int:
 
 def _run_until_done_or_ctrl_c(session, bar) -> dict:
     """Ctrl-C stops the session after the current candidate (its records are kept); returns the summary."""
+
     def _stop(_sig, _frm):
         session.stop()
 
@@ -255,8 +316,10 @@ def _tune_network(args, name, workloads) -> int:
     from .store import RecordStore
 
     if args.resume:
-        raise WorkbenchError(f"--resume works for one workload, not a network ({name!r}): resume a layer with "
-                             f"'workbench tune {workloads[0].name} --resume', or start the network again")
+        raise WorkbenchError(
+            f"--resume works for one workload, not a network ({name!r}): resume a layer with "
+            f"'workbench tune {workloads[0].name} --resume', or start the network again"
+        )
     if args.runner != "local":
         raise WorkbenchError("a network is measured on the local runner only; drop --runner")
     presets.get(args.preset)
@@ -264,8 +327,17 @@ def _tune_network(args, name, workloads) -> int:
     overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
     if args.noise:
         overrides["noise"] = args.noise
-    session = NetworkSession(workloads, target=args.target, trials=args.trials, preset=args.preset, seed=args.seed,
-                             db=RecordStore(args.db), strategy=args.strategy, name=name, **overrides)
+    session = NetworkSession(
+        workloads,
+        target=args.target,
+        trials=args.trials,
+        preset=args.preset,
+        seed=args.seed,
+        db=RecordStore(args.db),
+        strategy=args.strategy,
+        name=name,
+        **overrides,
+    )
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -288,16 +360,24 @@ def _tune_network(args, name, workloads) -> int:
     if args.json:
         print(json.dumps(summ))
     else:
-        print(f"network       {name}  ({len(workloads)} tasks, {summ['status']}, sessions "
-              f"{summ['session_ids'][0]}-{summ['session_ids'][-1]})")
-        print(f"trials        {summ['trials']} of {summ['budget']} in {summ['rounds']} rounds, "
-              f"{summ['tuning_seconds']:.1f} s")
+        print(
+            f"network       {name}  ({len(workloads)} tasks, {summ['status']}, sessions "
+            f"{summ['session_ids'][0]}-{summ['session_ids'][-1]})"
+        )
+        print(
+            f"trials        {summ['trials']} of {summ['budget']} in {summ['rounds']} rounds, "
+            f"{summ['tuning_seconds']:.1f} s"
+        )
         print(f"untuned       {_fmt(summ['naive_latency_ms'], ' ms')}  (sum of weight x latency)")
-        print(f"estimated     {_fmt(summ['estimated_latency_ms'], ' ms')}  speedup {_fmt(summ['speedup_vs_naive'], 'x')}")
+        print(
+            f"estimated     {_fmt(summ['estimated_latency_ms'], ' ms')}  speedup {_fmt(summ['speedup_vs_naive'], 'x')}"
+        )
         for t in summ["tasks"]:
-            print(f"  {t['workload']:28s} x{t['weight']:<2d} trials {t['trials']:4d}  best "
-                  f"{_fmt(t['best_latency_ms'], ' ms'):>12s}  naive {_fmt(t['naive_latency_ms'], ' ms'):>12s}"
-                  f"{'  (dead)' if t['dead'] else ''}")
+            print(
+                f"  {t['workload']:28s} x{t['weight']:<2d} trials {t['trials']:4d}  best "
+                f"{_fmt(t['best_latency_ms'], ' ms'):>12s}  naive {_fmt(t['naive_latency_ms'], ' ms'):>12s}"
+                f"{'  (dead)' if t['dead'] else ''}"
+            )
         print(f"records       {summ['db']}")
     return 0 if session.status == "finished" else 130
 
@@ -310,10 +390,14 @@ def _print_summary(s):
     print(f"workload      {s['workload']}  (session {s['session_id']}, {s['status']})")
     print(f"trials        {s['trials']} measured, {s['errors']} errors, {s['tuning_seconds']:.1f} s")
     print(f"naive         {_fmt(s['naive_latency_ms'], ' ms')}")
-    print(f"best          {_fmt(s['best_latency_ms'], ' ms')}  {_fmt(s['best_gflops'], ' GFLOPS')}  "
-          f"strategy {s['best_strategy']}  verified {s['verified']}  speedup {_fmt(s['speedup_vs_naive'], 'x')}")
+    print(
+        f"best          {_fmt(s['best_latency_ms'], ' ms')}  {_fmt(s['best_gflops'], ' GFLOPS')}  "
+        f"strategy {s['best_strategy']}  verified {s['verified']}  speedup {_fmt(s['speedup_vs_naive'], 'x')}"
+    )
     for name, st in s["strategies"].items():
-        print(f"  {name:16s} best {_fmt(st['best_latency_ms'], ' ms'):>12s}  trials {st['trials']:4d}  verified {st['verified']}")
+        print(
+            f"  {name:16s} best {_fmt(st['best_latency_ms'], ' ms'):>12s}  trials {st['trials']:4d}  verified {st['verified']}"
+        )
     print(f"records       {s['db']}")
 
 
@@ -328,9 +412,15 @@ def cmd_show(args) -> int:
     print(f"{store.path}: {summ['sessions']} sessions, {summ['measured']} measured candidates, {summ['errors']} errors")
     print(f"{'workload':32s} {'measured':>8s} {'errors':>6s} {'best ms':>10s} {'naive ms':>10s} {'speedup':>8s}")
     for name, w in summ["workloads"].items():
-        sp = (w.get("naive_latency_ms") / w["best_latency_ms"]) if (w.get("naive_latency_ms") and w["best_latency_ms"]) else None
-        print(f"{name:32s} {w['measured']:8d} {w['errors'] or 0:6d} {_fmt(w['best_latency_ms']):>10s} "
-              f"{_fmt(w.get('naive_latency_ms')):>10s} {_fmt(sp, 'x'):>8s}")
+        sp = (
+            (w.get("naive_latency_ms") / w["best_latency_ms"])
+            if (w.get("naive_latency_ms") and w["best_latency_ms"])
+            else None
+        )
+        print(
+            f"{name:32s} {w['measured']:8d} {w['errors'] or 0:6d} {_fmt(w['best_latency_ms']):>10s} "
+            f"{_fmt(w.get('naive_latency_ms')):>10s} {_fmt(sp, 'x'):>8s}"
+        )
     return 0
 
 
@@ -343,13 +433,22 @@ def cmd_best(args) -> int:
     b = store.best(args.workload)
     if b is None:
         known = sorted({s["workload"] for s in store.sessions()})
-        raise WorkbenchError(f"no verified program for {args.workload!r} in {args.db!r}"
-                             + (f"; it has: {', '.join(known)}" if known else ""))
+        raise WorkbenchError(
+            f"no verified program for {args.workload!r} in {args.db!r}"
+            + (f"; it has: {', '.join(known)}" if known else "")
+        )
     spec = next(s["spec"] for s in store.sessions() if s["id"] == b["session_id"])
     w = workload_from_spec(spec)
     sch = space.schedule_from_trace_json(w, b["trace"])
-    out = {"workload": w.name, "record_id": b["id"], "strategy": b["strategy"], "latency_ms": b["latency_ms"],
-           "gflops": b["gflops"], "verified": bool(b["verified"]), "trace": str(sch.trace)}
+    out = {
+        "workload": w.name,
+        "record_id": b["id"],
+        "strategy": b["strategy"],
+        "latency_ms": b["latency_ms"],
+        "gflops": b["gflops"],
+        "verified": bool(b["verified"]),
+        "trace": str(sch.trace),
+    }
     if args.tir or args.export or args.time:
         from .program import TunedProgram
 
@@ -364,12 +463,16 @@ def cmd_best(args) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"# {w.name}: {b['latency_ms']:.4g} ms, {b['gflops']:.4g} GFLOPS, strategy {b['strategy']}, "
-          f"record {b['id']}, verified {bool(b['verified'])}")
+    print(
+        f"# {w.name}: {b['latency_ms']:.4g} ms, {b['gflops']:.4g} GFLOPS, strategy {b['strategy']}, "
+        f"record {b['id']}, verified {bool(b['verified'])}"
+    )
     if args.time:
-        print(f"# timed now: {out['timed_ms']:.4g} ms (spread {out['spread'] or 0:.1%}, {out['repeats']} repeats, "
-              f"{out['threads']} threads) = {out['ratio']:.3f}x the stored figure"
-              + ("; DISTURBED by other processes: time again on a quiet machine" if out["noisy"] else ""))
+        print(
+            f"# timed now: {out['timed_ms']:.4g} ms (spread {out['spread'] or 0:.1%}, {out['repeats']} repeats, "
+            f"{out['threads']} threads) = {out['ratio']:.3f}x the stored figure"
+            + ("; DISTURBED by other processes: time again on a quiet machine" if out["noisy"] else "")
+        )
     print("# trace")
     print(out["trace"])
     if args.tir:
@@ -416,9 +519,19 @@ def cmd_transfer(args) -> int:
     results = transfer(args.source, targets, target=args.target, db=args.db)
     # The network line: latencies are sums of weight x latency, an untransferred layer counting with its untuned
     # program; verified: every transferred program was verified (fallback layers run the untuned program).
-    total = {"workload": args.workload or args.spec, "candidates": 0, "best_latency_ms": 0.0, "naive_latency_ms": 0.0,
-             "verified": True, "search_seconds": 0.0, "source": args.source, "transferred": 0, "exact_matches": 0,
-             "repaired": 0, "fallbacks": []}
+    total = {
+        "workload": args.workload or args.spec,
+        "candidates": 0,
+        "best_latency_ms": 0.0,
+        "naive_latency_ms": 0.0,
+        "verified": True,
+        "search_seconds": 0.0,
+        "source": args.source,
+        "transferred": 0,
+        "exact_matches": 0,
+        "repaired": 0,
+        "fallbacks": [],
+    }
     for w, r in zip(targets, results):
         d = r.to_dict()
         d.pop("per_candidate")
@@ -436,18 +549,26 @@ def cmd_transfer(args) -> int:
         if args.json:
             print(json.dumps(dict(d, source=r.source, source_db=args.source)))
         else:
-            best = "untuned (no schedule applies)" if r.best_latency_ms is None else \
-                f"{r.best_latency_ms:.4g} ms from {r.source} ({r.source_strategy}{', exact shape' if r.exact_match else ''})"
-            print(f"{r.workload:32s} {r.valid}/{r.candidates} candidates  naive {r.naive_latency_ms:.4g} ms  best {best}  "
-                  f"speedup {r.speedup:.1f}x  {r.search_seconds:.1f} s")
+            best = (
+                "untuned (no schedule applies)"
+                if r.best_latency_ms is None
+                else f"{r.best_latency_ms:.4g} ms from {r.source} ({r.source_strategy}{', exact shape' if r.exact_match else ''})"
+            )
+            print(
+                f"{r.workload:32s} {r.valid}/{r.candidates} candidates  naive {r.naive_latency_ms:.4g} ms  best {best}  "
+                f"speedup {r.speedup:.1f}x  {r.search_seconds:.1f} s"
+            )
     if len(results) == 1:
         return 0
     total["speedup"] = total["naive_latency_ms"] / total["best_latency_ms"] if total["best_latency_ms"] else None
     total["search_seconds"] = round(total["search_seconds"], 2)
     total["workloads"] = [r.workload for r in results]
-    print(json.dumps(total) if args.json else
-          f"weighted total: naive {total['naive_latency_ms']:.4g} ms, transferred {total['best_latency_ms']:.4g} ms "
-          f"({total['speedup']:.2f}x) in {total['search_seconds']:.0f} s")
+    print(
+        json.dumps(total)
+        if args.json
+        else f"weighted total: naive {total['naive_latency_ms']:.4g} ms, transferred {total['best_latency_ms']:.4g} ms "
+        f"({total['speedup']:.2f}x) in {total['search_seconds']:.0f} s"
+    )
     return 0
 
 
@@ -468,26 +589,56 @@ def cmd_model(args) -> int:
 
     def progress(e):
         if e.kind == K.NETWORK_ROUND and not args.json:
-            print(f"round {e.data['round']:3d} {e.data['workload']:40s} trials {e.data['trials_done']:5d}  "
-                  f"estimated {e.data['estimated_latency_ms']:.4g} ms", file=sys.stderr, flush=True)
+            print(
+                f"round {e.data['round']:3d} {e.data['workload']:40s} trials {e.data['trials_done']:5d}  "
+                f"estimated {e.data['estimated_latency_ms']:.4g} ms",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    res = rm.tune_and_compare(model, trials=args.trials, db=args.db, target=args.target, max_tasks=args.max_tasks,
-                              strategy=args.strategy, seed=args.seed, on_event=progress, **overrides)
+    res = rm.tune_and_compare(
+        model,
+        trials=args.trials,
+        db=args.db,
+        target=args.target,
+        max_tasks=args.max_tasks,
+        strategy=args.strategy,
+        seed=args.seed,
+        on_event=progress,
+        **overrides,
+    )
     out = {k: v for k, v in res.items() if k != "session"}
-    out.update(model=args.name, config=model.config, trials=res["session"]["trials"], db=args.db,
-               tuning_seconds=res["session"]["tuning_seconds"])
+    out.update(
+        model=args.name,
+        config=model.config,
+        trials=res["session"]["trials"],
+        db=args.db,
+        tuning_seconds=res["session"]["tuning_seconds"],
+    )
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"{args.name} {model.config}: {len(res['tasks'])} tasks, {len(res['tuned_tasks'])} tuned with "
-              f"{out['trials']} trials in {out['tuning_seconds']:.0f} s")
-        print(f"untuned {res['untuned_latency_ms']:.4g} ms  tuned {res['tuned_latency_ms']:.4g} ms  "
-              f"speedup {res['speedup']:.2f}x  outputs match: {res['matches']} (max abs error {res['max_abs_error']:.2g})")
+        print(
+            f"{args.name} {model.config}: {len(res['tasks'])} tasks, {len(res['tuned_tasks'])} tuned with "
+            f"{out['trials']} trials in {out['tuning_seconds']:.0f} s"
+        )
+        print(
+            f"untuned {res['untuned_latency_ms']:.4g} ms  tuned {res['tuned_latency_ms']:.4g} ms  "
+            f"speedup {res['speedup']:.2f}x  outputs match: {res['matches']} (max abs error {res['max_abs_error']:.2g})"
+        )
     return 0 if res["matches"] else 1
 
 
-COMMANDS = {"model": cmd_model, "workloads": cmd_workloads, "tune": cmd_tune, "show": cmd_show, "best": cmd_best,
-            "export": cmd_export, "import": cmd_import, "transfer": cmd_transfer}
+COMMANDS = {
+    "model": cmd_model,
+    "workloads": cmd_workloads,
+    "tune": cmd_tune,
+    "show": cmd_show,
+    "best": cmd_best,
+    "export": cmd_export,
+    "import": cmd_import,
+    "transfer": cmd_transfer,
+}
 
 
 def main(argv=None) -> int:

@@ -89,7 +89,9 @@ class ArmPolicy(Protocol):
 
     name: str
 
-    def reward(self, arms: dict, arm: ArmState, round_best_ms: float | None, global_best_prev_ms: float | None) -> None: ...
+    def reward(
+        self, arms: dict, arm: ArmState, round_best_ms: float | None, global_best_prev_ms: float | None
+    ) -> None: ...
 
     def scores(self, arms: dict, live: list) -> dict: ...
 
@@ -173,8 +175,9 @@ class ProjectedBestPolicy(OptimisticBestPolicy):
 class UCBGainPolicy:
     name = "ucb-gain"
 
-    def __init__(self, gamma: float = 0.8, c: float = 0.5, lam: float = 0.3, prune_after: int = 3,
-                 prune_ratio: float = 1.3):
+    def __init__(
+        self, gamma: float = 0.8, c: float = 0.5, lam: float = 0.3, prune_after: int = 3, prune_ratio: float = 1.3
+    ):
         self.gamma, self.c, self.lam = gamma, c, lam
         self.prune_after, self.prune_ratio = prune_after, prune_ratio
 
@@ -231,7 +234,7 @@ class HalvingPolicy:
         self.stage = 0
 
     def quota(self) -> int:
-        return self.stage_trials * (2 ** self.stage)
+        return self.stage_trials * (2**self.stage)
 
     def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
         pass
@@ -250,7 +253,7 @@ class HalvingPolicy:
         at_quota = {s: ProjectedBestPolicy._best_at(arms[s], q) for s in live}
         ranked = sorted(live, key=lambda s: (at_quota[s], live.index(s)))
         self.stage += 1
-        return ranked[len(live) - len(live) // 2:]
+        return ranked[len(live) - len(live) // 2 :]
 
 
 class UniformPolicy:
@@ -269,8 +272,7 @@ class UniformPolicy:
         return []
 
 
-POLICIES = {p.name: p for p in (OptimisticBestPolicy, ProjectedBestPolicy, UCBGainPolicy, HalvingPolicy,
-                                UniformPolicy)}
+POLICIES = {p.name: p for p in (OptimisticBestPolicy, ProjectedBestPolicy, UCBGainPolicy, HalvingPolicy, UniformPolicy)}
 DEFAULT_POLICY = OptimisticBestPolicy.name
 
 
@@ -291,8 +293,9 @@ def make_policy(name: str | None = None, seed: int = 0, **params) -> ArmPolicy:
 
 
 class StrategyController:
-    def __init__(self, strategies: list[str], mode: str = "auto", policy: ArmPolicy | str | None = None,
-                 **policy_params):
+    def __init__(
+        self, strategies: list[str], mode: str = "auto", policy: ArmPolicy | str | None = None, **policy_params
+    ):
         """``policy``: an ArmPolicy, or a name from POLICIES / None for the default, built by ``make_policy``
         with ``policy_params``."""
         if not strategies:
@@ -364,8 +367,15 @@ class StrategyController:
             return self._scores(live if live is not None else self.live())
 
     # ---- feedback ----
-    def observe(self, strategy: str, round_best_ms: float | None, global_best_prev_ms: float | None,
-                trials: int, predicted_mean: float | None = None, model_trained: bool = False) -> list[str]:
+    def observe(
+        self,
+        strategy: str,
+        round_best_ms: float | None,
+        global_best_prev_ms: float | None,
+        trials: int,
+        predicted_mean: float | None = None,
+        model_trained: bool = False,
+    ) -> list[str]:
         """Record a finished round (latencies in ms, deployment latency of the strategy); returns the
         strategies pruned by it."""
         with self._lock:
@@ -396,7 +406,15 @@ class StrategyController:
                 "policy": self.policy.name,
                 "manual": self._manual,
                 "scores": self._scores(self.live()),
-                "arms": {s: {"rounds": a.rounds, "trials": a.trials, "best_ms": a.best_ms if math.isfinite(a.best_ms) else None,
-                             "pruned": a.pruned, "exhausted": a.exhausted} for s, a in self.arms.items()},
+                "arms": {
+                    s: {
+                        "rounds": a.rounds,
+                        "trials": a.trials,
+                        "best_ms": a.best_ms if math.isfinite(a.best_ms) else None,
+                        "pruned": a.pruned,
+                        "exhausted": a.exhausted,
+                    }
+                    for s, a in self.arms.items()
+                },
                 "last": None if self.last is None else self.last.__dict__,
             }

@@ -108,12 +108,27 @@ class PackSumXGB(interfaces.CostModel):
             return "p-rmse", float(np.sqrt(np.mean((pred_c - y) ** 2)))
 
         params = {
-            "max_depth": 10, "gamma": 0.001, "min_child_weight": 0, "eta": 0.2,
-            "nthread": self.nthread, "seed": self.seed, "verbosity": 0, "base_score": 0.0,
-            "tree_method": "hist", "disable_default_eval_metric": 1,
+            "max_depth": 10,
+            "gamma": 0.001,
+            "min_child_weight": 0,
+            "eta": 0.2,
+            "nthread": self.nthread,
+            "seed": self.seed,
+            "verbosity": 0,
+            "base_score": 0.0,
+            "tree_method": "hist",
+            "disable_default_eval_metric": 1,
         }
-        booster = xgb.train(params, dtrain, num_boost_round=self.max_rounds, obj=obj, custom_metric=metric,
-                            evals=[(dtrain, "train")], early_stopping_rounds=self.early_stop, verbose_eval=False)
+        booster = xgb.train(
+            params,
+            dtrain,
+            num_boost_round=self.max_rounds,
+            obj=obj,
+            custom_metric=metric,
+            evals=[(dtrain, "train")],
+            early_stopping_rounds=self.early_stop,
+            verbose_eval=False,
+        )
         with self._lock:
             self.booster = booster
             self.last_train_seconds = time.time() - t0

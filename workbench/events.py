@@ -89,8 +89,12 @@ class Payload:
 
     @classmethod
     def from_data(cls, data: dict) -> "Payload":
-        return cls(**{f.name: data.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
-                      for f in dataclasses.fields(cls)})
+        return cls(
+            **{
+                f.name: data.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+                for f in dataclasses.fields(cls)
+            }
+        )
 
 
 PAYLOAD_TYPES: dict[EventKind, type[Payload]] = {}

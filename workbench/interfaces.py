@@ -128,12 +128,19 @@ class Runner(Protocol):
 
     measures_locally: bool
 
-    def run(self, path: str, shapes: Sequence[Sequence[int]], timeout: float | None = None,
-            number: int | None = None, repeat: int | None = None,
-            min_repeat_ms: int | None = None) -> RunResult: ...
+    def run(
+        self,
+        path: str,
+        shapes: Sequence[Sequence[int]],
+        timeout: float | None = None,
+        number: int | None = None,
+        repeat: int | None = None,
+        min_repeat_ms: int | None = None,
+    ) -> RunResult: ...
 
-    def compute(self, path: str, inputs: Sequence[np.ndarray], out_shape: Sequence[int],
-                timeout: float | None = None) -> tuple[np.ndarray | None, str | None, str | None]: ...
+    def compute(
+        self, path: str, inputs: Sequence[np.ndarray], out_shape: Sequence[int], timeout: float | None = None
+    ) -> tuple[np.ndarray | None, str | None, str | None]: ...
 
     def close(self) -> None: ...
 
@@ -151,10 +158,16 @@ class BatchRunner(Runner, Protocol):
     started and those items come back as ``None``.
     """
 
-    def run_many(self, items: Sequence[tuple[str, Sequence[Sequence[int]]]], timeout: float | None = None,
-                 number: int | None = None, repeat: int | None = None, min_repeat_ms: int | None = None,
-                 on_result: Callable[[int, RunResult], None] | None = None,
-                 proceed: Callable[[], bool] | None = None) -> list[RunResult | None]: ...
+    def run_many(
+        self,
+        items: Sequence[tuple[str, Sequence[Sequence[int]]]],
+        timeout: float | None = None,
+        number: int | None = None,
+        repeat: int | None = None,
+        min_repeat_ms: int | None = None,
+        on_result: Callable[[int, RunResult], None] | None = None,
+        proceed: Callable[[], bool] | None = None,
+    ) -> list[RunResult | None]: ...
 
 
 @runtime_checkable
@@ -295,4 +308,3 @@ class SessionView(Protocol):
     def stop(self) -> None: ...
 
     def wait(self, timeout: float | None = None) -> bool: ...
-

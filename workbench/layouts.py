@@ -37,8 +37,11 @@ PREPROC = "meta_schedule.layout_rewrite_preproc"
 def _base_postprocs():
     from tvm.s_tir import meta_schedule as ms
 
-    return [ms.postproc.DisallowDynamicLoop(), ms.postproc.RewriteParallelVectorizeUnroll(),
-            ms.postproc.RewriteReductionBlock()]
+    return [
+        ms.postproc.DisallowDynamicLoop(),
+        ms.postproc.RewriteParallelVectorizeUnroll(),
+        ms.postproc.RewriteReductionBlock(),
+    ]
 
 
 _INLINE_CLS = None
@@ -114,7 +117,9 @@ def _packed_weights():
 
             def apply(self, sch) -> bool:
                 func = sch.mod["main"]
-                free = [int(i) for i in func.attrs["layout_free_buffers"]] if "layout_free_buffers" in func.attrs else []
+                free = (
+                    [int(i) for i in func.attrs["layout_free_buffers"]] if "layout_free_buffers" in func.attrs else []
+                )
                 names = {func.params[i].name for i in free}
                 for blk in sch.get_child_blocks(sch.get_sblock("root")):
                     block = sch.get(blk)
@@ -126,7 +131,9 @@ def _packed_weights():
                             continue
                         shape = [int(d) for d in region.source.shape]
                         axes = [d for d, r in enumerate(region.region) if any(r.min.same_as(v) for v in spatial)]
-                        axis = next((d for d in reversed(axes) for b in PACK_LANES if shape[d] % b == 0 and shape[d] > b), None)
+                        axis = next(
+                            (d for d in reversed(axes) for b in PACK_LANES if shape[d] % b == 0 and shape[d] > b), None
+                        )
                         if axis is None:
                             continue
                         b = next(b for b in PACK_LANES if shape[axis] % b == 0 and shape[axis] > b)

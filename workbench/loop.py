@@ -262,10 +262,15 @@ class Confirm:
     re-measured interleaved with the incumbents it must beat; the incumbents' records get their re-measured
     medians, so that ranking by latency stays fair."""
 
-    def __init__(self, guard: noise.NoiseGuard, rounds: int, workload, store: RecordStore, state: SearchState,
-                 emit):
-        self.guard, self.rounds, self.workload, self.store, self.state, self.emit = \
-            guard, rounds, workload, store, state, emit
+    def __init__(self, guard: noise.NoiseGuard, rounds: int, workload, store: RecordStore, state: SearchState, emit):
+        self.guard, self.rounds, self.workload, self.store, self.state, self.emit = (
+            guard,
+            rounds,
+            workload,
+            store,
+            state,
+            emit,
+        )
 
     def __call__(self, strategy: str, path: str, shapes: list, first_ms: float) -> Verdict:
         st = self.state
@@ -290,20 +295,19 @@ class Confirm:
     def _remeasured(self, rid: int, strategy: str, secs: list) -> None:
         ms = float(np.median(secs)) * 1e3
         gflops = self.workload.flops / ms / 1e6
-        self.store.update_record(rid, latency_ms=ms, gflops=gflops, confirm_secs=json.dumps(secs),
-                                 confirm_spread=noise.spread(secs))
+        self.store.update_record(
+            rid, latency_ms=ms, gflops=gflops, confirm_secs=json.dumps(secs), confirm_spread=noise.spread(secs)
+        )
         for held in {id(r): r for r in self.state.incumbents() if r["id"] == rid}.values():
             held["latency_ms"], held["gflops"] = ms, gflops
-        self.emit(ev.BestRemeasured(record_id=rid, strategy=strategy, latency_ms=ms, gflops=gflops,
-                                    samples=len(secs)))
+        self.emit(ev.BestRemeasured(record_id=rid, strategy=strategy, latency_ms=ms, gflops=gflops, samples=len(secs)))
 
 
 class Record:
     """Write a measured program's row durably, then update the bests and announce it (in that order: never
     show a record that is not stored)."""
 
-    def __init__(self, store: RecordStore, session_id: int, workload, seed: int, state: SearchState, builder,
-                 emit):
+    def __init__(self, store: RecordStore, session_id: int, workload, seed: int, state: SearchState, builder, emit):
         self.store, self.session_id, self.workload, self.seed = store, session_id, workload, seed
         self.state, self.builder, self.emit = state, builder, emit
 
@@ -311,8 +315,21 @@ class Record:
         b = self.state.best_by_strategy.get(strategy)
         return latency_ms is not None and (b is None or latency_ms < b["latency_ms"])
 
-    def __call__(self, p: Proposal, strategy: str, chosen_by: str, timing: Timing, verdict: Verdict, *, trial: int,
-                 round: int, proposed_at: float, elapsed_s: float, path: str | None, keep_artifact: bool) -> dict:
+    def __call__(
+        self,
+        p: Proposal,
+        strategy: str,
+        chosen_by: str,
+        timing: Timing,
+        verdict: Verdict,
+        *,
+        trial: int,
+        round: int,
+        proposed_at: float,
+        elapsed_s: float,
+        path: str | None,
+        keep_artifact: bool,
+    ) -> dict:
         w, st = self.workload, self.state
         err_cls = verdict.error_class or timing.error_class
         err_msg = verdict.error_msg if verdict.error_class else timing.error_msg
@@ -320,15 +337,32 @@ class Record:
         strategy_best = verdict.verified and err_cls is None and self.is_strategy_best(strategy, lat)
         is_best = strategy_best and (st.best is None or lat < st.best["latency_ms"])
         rec = {
-            "session_id": self.session_id, "workload": w.name, "trial": trial, "round": round,
-            "strategy": strategy, "chosen_by": chosen_by, "trace": space.trace_json(p.candidate.sch),
-            "decisions": space.decisions_json(p.candidate.sch.trace), "mod_hash": p.mod_hash,
-            "predicted_score": p.predicted_score, "run_secs": timing.run_secs, "latency_ms": lat,
-            "gflops": None if lat is None else w.flops / lat / 1e6, "error_class": err_cls, "error_msg": err_msg,
-            "verified": verdict.verified and err_cls is None, "is_best": is_best, "seed": self.seed,
-            "proposed_at": proposed_at, "measured_at": time.time(), "elapsed_s": elapsed_s, "noisy": timing.noisy,
-            "noise": timing.reading, "cv": noise.cv(timing.run_secs) if err_cls is None else None,
-            "confirm_secs": verdict.confirm_secs, "confirm_spread": verdict.confirm_spread,
+            "session_id": self.session_id,
+            "workload": w.name,
+            "trial": trial,
+            "round": round,
+            "strategy": strategy,
+            "chosen_by": chosen_by,
+            "trace": space.trace_json(p.candidate.sch),
+            "decisions": space.decisions_json(p.candidate.sch.trace),
+            "mod_hash": p.mod_hash,
+            "predicted_score": p.predicted_score,
+            "run_secs": timing.run_secs,
+            "latency_ms": lat,
+            "gflops": None if lat is None else w.flops / lat / 1e6,
+            "error_class": err_cls,
+            "error_msg": err_msg,
+            "verified": verdict.verified and err_cls is None,
+            "is_best": is_best,
+            "seed": self.seed,
+            "proposed_at": proposed_at,
+            "measured_at": time.time(),
+            "elapsed_s": elapsed_s,
+            "noisy": timing.noisy,
+            "noise": timing.reading,
+            "cv": noise.cv(timing.run_secs) if err_cls is None else None,
+            "confirm_secs": verdict.confirm_secs,
+            "confirm_spread": verdict.confirm_spread,
         }
         rec["id"] = self.store.add_record(rec, p.features)  # durable before anyone hears of it
         st.measured_hashes.add(p.mod_hash)
@@ -341,8 +375,16 @@ class Record:
         public = {k: v for k, v in rec.items() if k != "trace"}
         self.emit(ev.CandidateMeasured(record=public, new_best=is_best, strategy_best=strategy_best))
         if is_best:
-            self.emit(ev.NewBest(record_id=rec["id"], trial=trial, strategy=strategy, latency_ms=lat,
-                                 gflops=rec["gflops"], verified=True))
+            self.emit(
+                ev.NewBest(
+                    record_id=rec["id"],
+                    trial=trial,
+                    strategy=strategy,
+                    latency_ms=lat,
+                    gflops=rec["gflops"],
+                    verified=True,
+                )
+            )
         return rec
 
     def _keep_artifact(self, rec: dict, path: str, shapes: list) -> None:
@@ -372,27 +414,44 @@ class Learn:
         self.model.add(p.features, rec["latency_ms"] if ok else None, rec["workload"])
         if ok:
             db, wl = self.search_dbs[strategy]
-            db.commit_tuning_record(ms.database.TuningRecord(p.candidate.sch.trace, wl, rec["run_secs"],
-                                                             self.target, p.candidate.args_info))
-            self.state.seed_pool.append((float(np.mean(rec["run_secs"])), strategy, p.candidate.sch.trace,
-                                         rec["run_secs"]))
+            db.commit_tuning_record(
+                ms.database.TuningRecord(p.candidate.sch.trace, wl, rec["run_secs"], self.target, p.candidate.args_info)
+            )
+            self.state.seed_pool.append(
+                (float(np.mean(rec["run_secs"])), strategy, p.candidate.sch.trace, rec["run_secs"])
+            )
 
     def round(self, strategy: str, measured: list[tuple[Proposal, dict]]) -> bool:
         """The search's bookkeeping for the round's measured programs, then retraining; True if it trained."""
         from tvm.s_tir import meta_schedule as ms
 
         if measured:
-            results = [ms.runner.RunnerResult(r["run_secs"] if r["error_class"] is None else None,
-                                              None if r["error_class"] is None else (r["error_msg"] or r["error_class"]))
-                       for _, r in measured]
+            results = [
+                ms.runner.RunnerResult(
+                    r["run_secs"] if r["error_class"] is None else None,
+                    None if r["error_class"] is None else (r["error_msg"] or r["error_class"]),
+                )
+                for _, r in measured
+            ]
             self.contexts[strategy].notify_runner_results([p.candidate for p, _ in measured], results)
         return self.model.train()
 
-    def observe(self, strategy: str, round_best_ms: float | None, best_before_ms: float | None, n: int,
-                proposals: list[Proposal]) -> list[str]:
+    def observe(
+        self,
+        strategy: str,
+        round_best_ms: float | None,
+        best_before_ms: float | None,
+        n: int,
+        proposals: list[Proposal],
+    ) -> list[str]:
         """The controller's view of the arm after its round; returns the strategies it pruned."""
         preds = [p.predicted_score for p in proposals if p.predicted_score is not None]
         top = sorted(preds, reverse=True)[: max(1, len(preds) // 4)]
-        return self.controller.observe(strategy, round_best_ms, best_before_ms, n,
-                                       predicted_mean=float(np.mean(top)) if top else None,
-                                       model_trained=self.model.trained)
+        return self.controller.observe(
+            strategy,
+            round_best_ms,
+            best_before_ms,
+            n,
+            predicted_mean=float(np.mean(top)) if top else None,
+            model_trained=self.model.trained,
+        )

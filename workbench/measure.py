@@ -43,8 +43,17 @@ import numpy as np
 from . import interfaces
 from .interfaces import BuildResult, RunResult
 
-__all__ = ["BuildResult", "Builder", "RunResult", "Runner", "WorkerProcess", "make_builder", "make_runner",
-           "naive_and_reference", "verify"]
+__all__ = [
+    "BuildResult",
+    "Builder",
+    "RunResult",
+    "Runner",
+    "WorkerProcess",
+    "make_builder",
+    "make_runner",
+    "naive_and_reference",
+    "verify",
+]
 
 # ---------------------------------------------------------------- worker side
 
@@ -139,8 +148,7 @@ def _classify(exc: BaseException, stage: str) -> tuple[str, str]:
 def _pool(workers: int, timeout: float, num_threads: int = 1):
     from tvm.support.popen_pool import PopenPoolExecutor
 
-    return PopenPoolExecutor(max_workers=workers, timeout=timeout, initializer=_worker_init,
-                             initargs=(num_threads,))
+    return PopenPoolExecutor(max_workers=workers, timeout=timeout, initializer=_worker_init, initargs=(num_threads,))
 
 
 class WorkerProcess:
@@ -219,8 +227,9 @@ class Runner(interfaces.Runner):
 
     measures_locally = True  # kernels run on this machine: its load matters (see noise.NoiseGuard)
 
-    def __init__(self, num_threads: int, timeout: float = 30.0, number: int = 1, repeat: int = 3,
-                 min_repeat_ms: int = 30):
+    def __init__(
+        self, num_threads: int, timeout: float = 30.0, number: int = 1, repeat: int = 3, min_repeat_ms: int = 30
+    ):
         self.num_threads = int(num_threads)
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
@@ -230,11 +239,19 @@ class Runner(interfaces.Runner):
     def _call(self, timeout, fn, *args):
         return self._worker.submit(fn, *args, timeout=timeout or self.timeout).result()
 
-    def run(self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None,
-            min_repeat_ms=None) -> RunResult:
+    def run(
+        self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None, min_repeat_ms=None
+    ) -> RunResult:
         try:
-            out = self._call(timeout, _run_in_worker, path, [list(s) for s in shapes], number or self.number,
-                             repeat or self.repeat, self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms)
+            out = self._call(
+                timeout,
+                _run_in_worker,
+                path,
+                [list(s) for s in shapes],
+                number or self.number,
+                repeat or self.repeat,
+                self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms,
+            )
             return RunResult(out["secs"], reading=out["reading"])
         except BaseException as e:  # noqa: BLE001
             cls, msg = _classify(e, "run")
@@ -270,13 +287,24 @@ def make_runner(spec, target: dict, preset, on_health=None) -> interfaces.Runner
     already made and returned as it is (its caller owns it and closes it).
     """
     if spec is None or spec == "local":
-        return Runner(int(target["num-cores"]), timeout=preset.run_timeout, number=preset.number,
-                      repeat=preset.repeat, min_repeat_ms=preset.min_repeat_ms)
+        return Runner(
+            int(target["num-cores"]),
+            timeout=preset.run_timeout,
+            number=preset.number,
+            repeat=preset.repeat,
+            min_repeat_ms=preset.min_repeat_ms,
+        )
     if isinstance(spec, str):
         from . import rpc
 
-        return rpc.RPCRunner(spec, timeout=preset.run_timeout, number=preset.number, repeat=preset.repeat,
-                             min_repeat_ms=preset.min_repeat_ms, on_health=on_health)
+        return rpc.RPCRunner(
+            spec,
+            timeout=preset.run_timeout,
+            number=preset.number,
+            repeat=preset.repeat,
+            min_repeat_ms=preset.min_repeat_ms,
+            on_health=on_health,
+        )
     return spec
 
 
@@ -293,8 +321,14 @@ def verify(out: np.ndarray, ref: np.ndarray) -> tuple[bool, str]:
     return ok, f"max abs error {err.max():.3g} (scale {scale:.3g})"
 
 
-def naive_and_reference(workload, builder: interfaces.Builder, runner: interfaces.Runner, inputs: list,
-                        timeout: float = 600.0, need_latency: bool = True):
+def naive_and_reference(
+    workload,
+    builder: interfaces.Builder,
+    runner: interfaces.Runner,
+    inputs: list,
+    timeout: float = 600.0,
+    need_latency: bool = True,
+):
     """(naive latency ms or None, reference output) for a workload.
 
     The naive program is the unscheduled PrimFunc built by TVM; it is timed with

@@ -42,8 +42,9 @@ def export_store(db: str, work_dir: str) -> dict:
                 continue
             sch = space.schedule_from_trace_json(w, r["trace"])
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            msdb.commit_tuning_record(ms.database.TuningRecord(
-                sch.trace, wl, [float(x) for x in json.loads(r["run_secs"])], target, args))
+            msdb.commit_tuning_record(
+                ms.database.TuningRecord(sch.trace, wl, [float(x) for x in json.loads(r["run_secs"])], target, args)
+            )
             n_rec += 1
             wls.add(w.name)
     return {"records": n_rec, "workloads": len(wls)}
@@ -90,45 +91,79 @@ def import_dir(work_dir: str, db: str, workload) -> int:
     except Exception as e:  # TVM raises plain errors on malformed files
         raise WorkbenchError(f"cannot read MetaSchedule database {work_dir!r}: {str(e).splitlines()[-1]}") from None
     if not msdb.has_workload(workload.mod):
-        raise WorkbenchError(f"{work_dir!r} has no records for workload {workload.name!r} (no structurally equal module)")
+        raise WorkbenchError(
+            f"{work_dir!r} has no records for workload {workload.name!r} (no structurally equal module)"
+        )
     records = msdb.get_top_k(msdb.commit_workload(workload.mod), 1 << 30)
     store = RecordStore(db)
     target = records[0].target if records and records[0].target is not None else None
     target_dict = tvm_env.host_target_dict()
     if target is not None:
         attrs = target.attrs
-        target_dict = {"kind": target.kind.name, "mcpu": str(attrs["mcpu"]) if "mcpu" in attrs else target_dict["mcpu"],
-                       "num-cores": int(attrs["num-cores"]) if "num-cores" in attrs else target_dict["num-cores"]}
-    sid = store.create_session(workload=workload.name, spec=workload.spec(), target=target_dict, preset="imported",
-                               preset_params={}, seed=0, trials=len(records), strategies=sorted(layouts.STRATEGIES),
-                               strategy_arg="imported", versions=tvm_env.library_versions())
+        target_dict = {
+            "kind": target.kind.name,
+            "mcpu": str(attrs["mcpu"]) if "mcpu" in attrs else target_dict["mcpu"],
+            "num-cores": int(attrs["num-cores"]) if "num-cores" in attrs else target_dict["num-cores"],
+        }
+    sid = store.create_session(
+        workload=workload.name,
+        spec=workload.spec(),
+        target=target_dict,
+        preset="imported",
+        preset_params={},
+        seed=0,
+        trials=len(records),
+        strategies=sorted(layouts.STRATEGIES),
+        strategy_arg="imported",
+        versions=tvm_env.library_versions(),
+    )
     from tvm.s_tir.schedule import Schedule
 
     from .presets import get as get_preset
 
     target_obj = tvm_env.make_target(target_dict)
-    contexts = {name: space.tune_context(workload, target_obj, name, get_preset("quick"), seed=0, search=False)
-                for name in layouts.STRATEGIES}
+    contexts = {
+        name: space.tune_context(workload, target_obj, name, get_preset("quick"), seed=0, search=False)
+        for name in layouts.STRATEGIES
+    }
     now = time.time()
     for i, rec in enumerate(records, 1):
         sch = Schedule(workload.mod)
         rec.trace.apply_to_schedule(sch, remove_postproc=False)
         strategy = strategy_of_trace(workload, rec.trace, contexts)
         if strategy is None:
-            raise WorkbenchError(f"record {i} of {work_dir!r} was not made by any of the workbench's layout strategies "
-                                 f"({', '.join(layouts.STRATEGIES)}): its program is not what their postprocessors "
-                                 "make of its decisions")
+            raise WorkbenchError(
+                f"record {i} of {work_dir!r} was not made by any of the workbench's layout strategies "
+                f"({', '.join(layouts.STRATEGIES)}): its program is not what their postprocessors "
+                "make of its decisions"
+            )
         secs = [float(x) for x in rec.run_secs] if rec.run_secs is not None else []
         lat = sorted(secs)[len(secs) // 2] if secs and min(secs) < 1e9 else None
-        store.add_record({
-            "session_id": sid, "workload": workload.name, "trial": i, "round": 0,
-            "strategy": strategy, "chosen_by": "imported", "trace": space.trace_json(sch),
-            "decisions": space.decisions_json(sch.trace),
-            "mod_hash": program_hash(sch.mod), "predicted_score": None,
-            "run_secs": secs, "latency_ms": None if lat is None else lat * 1e3,
-            "gflops": None if lat is None else workload.flops / lat / 1e9,
-            "error_class": None if lat is not None else "imported-failure", "error_msg": None,
-            "verified": False, "is_best": False, "seed": 0, "proposed_at": now, "measured_at": now, "elapsed_s": 0.0,
-        }, None)
+        store.add_record(
+            {
+                "session_id": sid,
+                "workload": workload.name,
+                "trial": i,
+                "round": 0,
+                "strategy": strategy,
+                "chosen_by": "imported",
+                "trace": space.trace_json(sch),
+                "decisions": space.decisions_json(sch.trace),
+                "mod_hash": program_hash(sch.mod),
+                "predicted_score": None,
+                "run_secs": secs,
+                "latency_ms": None if lat is None else lat * 1e3,
+                "gflops": None if lat is None else workload.flops / lat / 1e9,
+                "error_class": None if lat is not None else "imported-failure",
+                "error_msg": None,
+                "verified": False,
+                "is_best": False,
+                "seed": 0,
+                "proposed_at": now,
+                "measured_at": now,
+                "elapsed_s": 0.0,
+            },
+            None,
+        )
     store.update_session(sid, status="imported")
     return len(records)

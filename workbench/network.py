@@ -42,8 +42,18 @@ from .store import RecordStore
 
 
 class NetworkSession(SessionLifecycle):
-    def __init__(self, workloads, target="host", trials: int | None = None, preset="quick", seed: int = 0,
-                 db: str | RecordStore = DEFAULT_DB, strategy="auto", name: str | None = None, **preset_overrides):
+    def __init__(
+        self,
+        workloads,
+        target="host",
+        trials: int | None = None,
+        preset="quick",
+        seed: int = 0,
+        db: str | RecordStore = DEFAULT_DB,
+        strategy="auto",
+        name: str | None = None,
+        **preset_overrides,
+    ):
         ws = [as_workload(w) for w in workloads]
         if not ws:
             raise WorkbenchError("a network session needs at least one workload")
@@ -65,13 +75,32 @@ class NetworkSession(SessionLifecycle):
         self.db_path = self.store.path
         # The shared cost model exists from the start (a notebook can inspect it); pools start with the session.
         p = self.preset
-        self.model = cm.PackSumXGB(seed=seed, max_rounds=p.xgb_max_rounds, early_stop=p.xgb_early_stop,
-                                   warmup=p.warmup_samples, nthread=tvm_env.available_cores())
-        self.tasks = [TuningSession(w, target=self.target_dict, trials=trials, preset=self.preset, seed=seed + i,
-                                    db=self.store, strategy=strategy, model=self.model)
-                      for i, w in enumerate(ws)]
-        self.scheduler = GradientScheduler([w.weight for w in ws], [float(w.flops) for w in ws],
-                                           [similarity_tag(w.class_key, float(w.flops)) for w in ws], seed=seed)
+        self.model = cm.PackSumXGB(
+            seed=seed,
+            max_rounds=p.xgb_max_rounds,
+            early_stop=p.xgb_early_stop,
+            warmup=p.warmup_samples,
+            nthread=tvm_env.available_cores(),
+        )
+        self.tasks = [
+            TuningSession(
+                w,
+                target=self.target_dict,
+                trials=trials,
+                preset=self.preset,
+                seed=seed + i,
+                db=self.store,
+                strategy=strategy,
+                model=self.model,
+            )
+            for i, w in enumerate(ws)
+        ]
+        self.scheduler = GradientScheduler(
+            [w.weight for w in ws],
+            [float(w.flops) for w in ws],
+            [similarity_tag(w.class_key, float(w.flops)) for w in ws],
+            seed=seed,
+        )
         self._init_lifecycle()
         for t in self.tasks:
             t.subscribe(self._bus.emit)  # a subscriber hears every task's events, too
@@ -142,12 +171,20 @@ class NetworkSession(SessionLifecycle):
         per = []
         for i, (w, t) in enumerate(zip(self.workloads, self.tasks)):
             b = t.best
-            per.append({"workload": w.name, "weight": w.weight, "session_id": t.session_id,
-                        "trials": t.trials_done, "rounds": self.scheduler.rounds[i],
-                        "best_latency_ms": b["latency_ms"] if b else None,
-                        "best_strategy": b["strategy"] if b else None, "naive_latency_ms": t.naive_latency_ms,
-                        "verified": bool(b and b["verified"]),
-                        "dead": i in self.scheduler.dead})
+            per.append(
+                {
+                    "workload": w.name,
+                    "weight": w.weight,
+                    "session_id": t.session_id,
+                    "trials": t.trials_done,
+                    "rounds": self.scheduler.rounds[i],
+                    "best_latency_ms": b["latency_ms"] if b else None,
+                    "best_strategy": b["strategy"] if b else None,
+                    "naive_latency_ms": t.naive_latency_ms,
+                    "verified": bool(b and b["verified"]),
+                    "dead": i in self.scheduler.dead,
+                }
+            )
         return {
             "network": self.name,
             "tasks": per,
@@ -184,21 +221,36 @@ class NetworkSession(SessionLifecycle):
         opened = []
         try:
             self._open_pools()
-            self._emit(ev.NetworkStarted, workloads=[w.name for w in self.workloads],
-                       weights=[w.weight for w in self.workloads], trials=self.trials, preset=self.preset.name,
-                       seed=self.seed, target=self.target_dict, db=self.db_path)
+            self._emit(
+                ev.NetworkStarted,
+                workloads=[w.name for w in self.workloads],
+                weights=[w.weight for w in self.workloads],
+                trials=self.trials,
+                preset=self.preset.name,
+                seed=self.seed,
+                target=self.target_dict,
+                db=self.db_path,
+            )
             for t in self.tasks:
                 if self._stop.is_set():
                     break
                 t.open(builder=self.builder, runner=self.runner)  # search contexts, untuned baseline, reference
                 opened.append(t)
-            self._emit(ev.NetworkBaseline, naive_latency_ms=self.naive_latency_ms(),
-                       per_task={t.workload.name: t.naive_latency_ms for t in self.tasks})
+            self._emit(
+                ev.NetworkBaseline,
+                naive_latency_ms=self.naive_latency_ms(),
+                per_task={t.workload.name: t.naive_latency_ms for t in self.tasks},
+            )
             reason = self._schedule()
             self.status = "stopped" if self._stop.is_set() else "finished"
             end = ev.NetworkStopped if self.status == "stopped" else ev.NetworkFinished
-            self._emit(end, trials_done=self.trials_done, reason=reason,
-                       estimated_latency_ms=self.estimated_latency_ms(), summary=self.summary())
+            self._emit(
+                end,
+                trials_done=self.trials_done,
+                reason=reason,
+                estimated_latency_ms=self.estimated_latency_ms(),
+                summary=self.summary(),
+            )
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised by run()
             self.error = e
             self.status = "failed"
@@ -250,8 +302,16 @@ class NetworkSession(SessionLifecycle):
             n = min(tpr, self.trials - self.trials_done)
             task.grant(n)  # this round's share of the network budget
             self.round += 1
-            self._emit(ev.TaskChosen, task=task, round=self.round, index=i, workload=task.workload.name,
-                       reason=choice.reason, gradients=choice.gradients, n=n)
+            self._emit(
+                ev.TaskChosen,
+                task=task,
+                round=self.round,
+                index=i,
+                workload=task.workload.name,
+                reason=choice.reason,
+                gradients=choice.gradients,
+                n=n,
+            )
             before = task.trials_done
             ran = task.step()
             self.trials_done += task.trials_done - before
@@ -259,14 +319,21 @@ class NetworkSession(SessionLifecycle):
                 return "stopped"
             if not ran:
                 self.scheduler.mark_dead(i)
-                self._emit(ev.TaskDead, task=task, index=i, workload=task.workload.name,
-                           reason="no new program to propose")
+                self._emit(
+                    ev.TaskDead, task=task, index=i, workload=task.workload.name, reason="no new program to propose"
+                )
                 continue
             self.scheduler.observe(i, task.best["latency_ms"] if task.best else None)
-            entry = {"round": self.round, "index": i, "workload": task.workload.name, "trials_done": self.trials_done,
-                  "estimated_latency_ms": self.estimated_latency_ms(), "naive_latency_ms": self.naive_latency_ms(),
-                  "per_task_ms": {t.workload.name: (t.best["latency_ms"] if t.best else None) for t in self.tasks},
-                  "elapsed_s": round(self._elapsed(), 3)}
+            entry = {
+                "round": self.round,
+                "index": i,
+                "workload": task.workload.name,
+                "trials_done": self.trials_done,
+                "estimated_latency_ms": self.estimated_latency_ms(),
+                "naive_latency_ms": self.naive_latency_ms(),
+                "per_task_ms": {t.workload.name: (t.best["latency_ms"] if t.best else None) for t in self.tasks},
+                "elapsed_s": round(self._elapsed(), 3),
+            }
             self.history.append(entry)
             self._emit(ev.NetworkRound, task=task, **entry)
         return "budget spent"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 try:
     from . import events as ev
 except ImportError:  # loaded as a lone file by a peer library's timing process (benchmarks/_protocol.py), which
-    ev = None        # uses TimingMeter only
+    ev = None  # uses TimingMeter only
 
 MODES = ("wait", "mark", "off")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -51,12 +51,12 @@ class NoisePolicy:
 
     mode: str = "wait"
     max_wait_fraction: float = 0.10  # run-queue wait / (wall x timing threads) above which a timing is noisy
-    max_other_cores: float = 0.25    # other processes' CPU, in cores, above which the machine is not quiet
-    max_probe_drift: float = 0.15    # probe latency / session baseline - 1 above which the machine has changed
-    quiet_seconds: float = 1.0       # how long the machine must stay quiet before timing resumes
-    max_wait_s: float = 30.0         # longest single wait; after it the session only marks until quiet again
-    confirm_rounds: int = 3          # interleaved re-measurement rounds of a would-be best (0: none)
-    probe_repeats: int = 7           # windows (each >= the preset's min_repeat_ms) per probe reading; their median
+    max_other_cores: float = 0.25  # other processes' CPU, in cores, above which the machine is not quiet
+    max_probe_drift: float = 0.15  # probe latency / session baseline - 1 above which the machine has changed
+    quiet_seconds: float = 1.0  # how long the machine must stay quiet before timing resumes
+    max_wait_s: float = 30.0  # longest single wait; after it the session only marks until quiet again
+    confirm_rounds: int = 3  # interleaved re-measurement rounds of a would-be best (0: none)
+    probe_repeats: int = 7  # windows (each >= the preset's min_repeat_ms) per probe reading; their median
     baseline_percentile: float = 25  # the session's baseline: this percentile of its probe readings so far
 
     def __post_init__(self):
@@ -114,8 +114,11 @@ class TimingMeter:
         wall = max(1e-6, time.perf_counter() - self._t)
         wait_s = (_run_queue_wait_ns() - self._wait) / 1e9
         others = (_busy_ticks() - self._busy) / CLK_TCK - (_own_cpu_s() - self._cpu)
-        self.result = {"wall_s": round(wall, 4), "wait_fraction": round(wait_s / (wall * self.threads), 4),
-                       "other_cores": round(max(0.0, others / wall), 3)}
+        self.result = {
+            "wall_s": round(wall, 4),
+            "wait_fraction": round(wait_s / (wall * self.threads), 4),
+            "other_cores": round(max(0.0, others / wall), 3),
+        }
         return False
 
 
@@ -328,8 +331,9 @@ class NoiseGuard:
     Only a local runner is watched: over RPC the kernel runs elsewhere and this machine's load is moot.
     """
 
-    def __init__(self, policy: NoisePolicy, runner, builder, emit, should_stop=lambda: False,
-                 gate: MeasurementGate | None = None):
+    def __init__(
+        self, policy: NoisePolicy, runner, builder, emit, should_stop=lambda: False, gate: MeasurementGate | None = None
+    ):
         self.policy = policy
         self.gate = gate or MeasurementGate()
         self.runner = runner
@@ -397,14 +401,27 @@ class NoiseGuard:
         if ms is None:
             return False
         drift = ms / self.baseline_ms - 1
-        self._event(ev.Calibration, probe_ms=round(ms, 4), baseline_ms=round(self.baseline_ms, 4),
-                    drift=round(drift, 4), when=when)
+        self._event(
+            ev.Calibration,
+            probe_ms=round(ms, 4),
+            baseline_ms=round(self.baseline_ms, 4),
+            drift=round(drift, 4),
+            when=when,
+        )
         self.baseline_ms = self._baseline()
         if drift <= self.policy.max_probe_drift:
             self.marking_only = False
             return False
-        self._event(ev.MeasurementNoise, source="probe", state="drift", when=when, probe_ms=round(ms, 4),
-                    baseline_ms=round(self.baseline_ms, 4), drift=round(drift, 4), **machine_load(0.2))
+        self._event(
+            ev.MeasurementNoise,
+            source="probe",
+            state="drift",
+            when=when,
+            probe_ms=round(ms, 4),
+            baseline_ms=round(self.baseline_ms, 4),
+            drift=round(drift, 4),
+            **machine_load(0.2),
+        )
         if when == "after round" or self.policy.mode != "wait" or self.marking_only:
             return True
         return not self._wait(f"the probe is {drift:+.0%} slower than at its usual best", probe=True)
@@ -437,8 +454,9 @@ class NoiseGuard:
                 time.sleep(self.policy.quiet_seconds)
         state = "quiet" if back else "gave-up"
         extra = {"probe_ms": round(ms, 4), "baseline_ms": round(self.baseline_ms, 4)} if ms is not None else {}
-        self._event(ev.MeasurementNoise, source="load", state=state, why=why, waited_s=round(waited, 2),
-                  **res["last"], **extra)
+        self._event(
+            ev.MeasurementNoise, source="load", state=state, why=why, waited_s=round(waited, 2), **res["last"], **extra
+        )
         self.marking_only = not back
         return back
 
@@ -460,9 +478,16 @@ class NoiseGuard:
         if r2.error_class is not None:
             return r, True
         noisy = is_noisy(r2.reading, self.policy)
-        self._event(ev.MeasurementNoise, source="timing", state="remeasured" if not noisy else "marked", trial=trial,
-                  wait_fraction=r2.reading["wait_fraction"], other_cores=r2.reading["other_cores"],
-                  first_ms=round(r.latency_ms, 5), remeasured_ms=round(r2.latency_ms, 5))
+        self._event(
+            ev.MeasurementNoise,
+            source="timing",
+            state="remeasured" if not noisy else "marked",
+            trial=trial,
+            wait_fraction=r2.reading["wait_fraction"],
+            other_cores=r2.reading["other_cores"],
+            first_ms=round(r.latency_ms, 5),
+            remeasured_ms=round(r2.latency_ms, 5),
+        )
         return r2, noisy
 
     def confirm(self, entries: list) -> dict:
@@ -492,15 +517,19 @@ def describe(data: dict) -> str:
     if src == "probe":
         if state == "unavailable":
             return f"calibration probe unavailable ({data.get('message')}); timings are still checked"
-        return f"calibration probe {data['probe_ms']:.3f} ms, {data['drift']:+.0%} from the baseline " \
-               f"{data['baseline_ms']:.3f} ms ({data.get('when')}); {load}".rstrip("; ")
+        return (
+            f"calibration probe {data['probe_ms']:.3f} ms, {data['drift']:+.0%} from the baseline "
+            f"{data['baseline_ms']:.3f} ms ({data.get('when')}); {load}".rstrip("; ")
+        )
     if src == "load":
         if state == "waiting":
             return f"waiting for a quiet machine before {data.get('why')}; {load}"
         if state == "quiet":
             return f"machine quiet again after {data.get('waited_s', 0):.1f} s"
-        return f"machine still busy after {data.get('waited_s', 0):.1f} s: timings are marked noisy, not waited " \
-               f"for, until it is quiet; {load}"
+        return (
+            f"machine still busy after {data.get('waited_s', 0):.1f} s: timings are marked noisy, not waited "
+            f"for, until it is quiet; {load}"
+        )
     trial = f"trial {data['trial']}" if data.get("trial") else "a timing"
     wf = f"its threads waited {data.get('wait_fraction', 0):.0%} of the time"
     if state == "remeasured":

@@ -66,18 +66,38 @@ class Preset:
 
 PRESETS = {
     "quick": Preset(
-        "quick", population=128, generations=3, mutate_prob=0.85, eps_greedy=0.05,
-        init_measured_ratio=0.2, init_min_unmeasured=32, trials_per_round=16,
+        "quick",
+        population=128,
+        generations=3,
+        mutate_prob=0.85,
+        eps_greedy=0.05,
+        init_measured_ratio=0.2,
+        init_min_unmeasured=32,
+        trials_per_round=16,
         mutator_probs=(0.90, 0.05, 0.03, 0.02),
-        warmup_samples=16, xgb_max_rounds=200, xgb_early_stop=25,
-        number=1, repeat=3, min_repeat_ms=30,
+        warmup_samples=16,
+        xgb_max_rounds=200,
+        xgb_early_stop=25,
+        number=1,
+        repeat=3,
+        min_repeat_ms=30,
     ),
     "faithful": Preset(
-        "faithful", population=2048, generations=4, mutate_prob=0.85, eps_greedy=0.05,
-        init_measured_ratio=0.2, init_min_unmeasured=50, trials_per_round=64,
+        "faithful",
+        population=2048,
+        generations=4,
+        mutate_prob=0.85,
+        eps_greedy=0.05,
+        init_measured_ratio=0.2,
+        init_min_unmeasured=50,
+        trials_per_round=64,
         mutator_probs=(0.90, 0.05, 0.04, 0.01),
-        warmup_samples=64, xgb_max_rounds=10000, xgb_early_stop=50,
-        number=3, repeat=1, min_repeat_ms=100,
+        warmup_samples=64,
+        xgb_max_rounds=10000,
+        xgb_early_stop=50,
+        number=3,
+        repeat=1,
+        min_repeat_ms=100,
     ),
 }
 
@@ -99,8 +119,10 @@ def get(name, **overrides) -> Preset:
         raise WorkbenchError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
     p = replace(p, **overrides) if overrides else p
     if p.noise not in ("wait", "mark", "off"):
-        raise WorkbenchError(f"noise must be one of wait, mark, off; got {p.noise!r}"
-                             + (f" (from {NOISE_ENV})" if os.environ.get(NOISE_ENV) == p.noise else ""))
+        raise WorkbenchError(
+            f"noise must be one of wait, mark, off; got {p.noise!r}"
+            + (f" (from {NOISE_ENV})" if os.environ.get(NOISE_ENV) == p.noise else "")
+        )
     from .controller import POLICIES
 
     if p.controller_policy not in POLICIES:

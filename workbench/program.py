@@ -31,8 +31,11 @@ class TunedProgram:
         store = db if isinstance(db, RecordStore) else RecordStore(db, readonly=True)
         b = store.best(workload, strategy)
         if b is None:
-            raise WorkbenchError(f"no verified program for {workload!r}"
-                                 + (f" with strategy {strategy!r}" if strategy else "") + f" in {store.path!r}")
+            raise WorkbenchError(
+                f"no verified program for {workload!r}"
+                + (f" with strategy {strategy!r}" if strategy else "")
+                + f" in {store.path!r}"
+            )
         sess = store.session(b["session_id"])
         return cls(workload_from_spec(sess["spec"]), b["strategy"], b["trace"], sess["target"], b["latency_ms"])
 
@@ -98,8 +101,14 @@ class TunedProgram:
         finally:
             builder.close()
             runner.close()
-        return {"timed_ms": r.latency_ms, "spread": noise.spread(r.run_secs), "repeats": len(r.run_secs),
-                "threads": threads, "noise": r.reading, "noisy": noise.is_noisy(r.reading, noise.NoisePolicy())}
+        return {
+            "timed_ms": r.latency_ms,
+            "spread": noise.spread(r.run_secs),
+            "repeats": len(r.run_secs),
+            "threads": threads,
+            "noise": r.reading,
+            "noisy": noise.is_noisy(r.reading, noise.NoisePolicy()),
+        }
 
     def export(self, path: str) -> str:
         """A shared library of the kernel (``tvm.runtime.load_module`` loads it)."""

@@ -86,8 +86,9 @@ class RelaxModel:
     config: dict
 
 
-def resnet18(batch: int = 1, image: int = 224, width: int = 64, classes: int = 1000, stages: int = 4,
-             seed: int = 0) -> RelaxModel:
+def resnet18(
+    batch: int = 1, image: int = 224, width: int = 64, classes: int = 1000, stages: int = 4, seed: int = 0
+) -> RelaxModel:
     """ResNet-18's structure; ``image``, ``width`` and ``stages`` shrink it for quick runs (224, 64, 4 = the real one)."""
     import tvm
     from tvm import relax
@@ -115,8 +116,9 @@ def resnet18(batch: int = 1, image: int = 224, width: int = 64, classes: int = 1
             arr = rng.normal(0.0, np.sqrt(2.0 / fan_in), size=shp)
         params[name] = tvm.runtime.tensor(arr.astype("float32"))
     mod = relax.transform.BindParams("forward", params)(mod)
-    return RelaxModel(mod, shape, {"batch": batch, "image": image, "width": width, "classes": classes,
-                                   "stages": stages, "seed": seed})
+    return RelaxModel(
+        mod, shape, {"batch": batch, "image": image, "width": width, "classes": classes, "stages": stages, "seed": seed}
+    )
 
 
 # ---------------------------------------------------------------------------------------- tasks
@@ -132,9 +134,16 @@ def _fuse(mod, target):
         dispatch = rp.library_dispatch_passes(target)
     except (ValueError, AttributeError):
         dispatch = []
-    seq = tvm.transform.Sequential([*dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-                                    relax.transform.FoldConstant(), relax.transform.FuseOps(),
-                                    relax.transform.FuseTIR()])
+    seq = tvm.transform.Sequential(
+        [
+            *dispatch,
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )
     with target, tvm.transform.PassContext(opt_level=3):
         return seq(mod)
 
@@ -166,8 +175,11 @@ class RelaxTask(Workload):
         return "relax:" + re.sub(r"\d+(?=_|$)", "", self.task_name)  # the fused function's name, numbering dropped
 
     def spec(self) -> dict:
-        d = {"name": self.name, "op": "relax-task", "params": {"task": self.task_name,
-                                                              "args": [list(s) for s in self.arg_shapes]}}
+        d = {
+            "name": self.name,
+            "op": "relax-task",
+            "params": {"task": self.task_name, "args": [list(s) for s in self.arg_shapes]},
+        }
         if self.weight != 1:
             d["weight"] = self.weight
         return d
@@ -186,8 +198,15 @@ def extract(model: RelaxModel, target="host", prefix: str = "r18") -> list[Relax
     out = []
     for t in tasks:
         name = str(t.task_name)
-        w = RelaxTask(name=f"{prefix}.{name}", op="relax-task", params={"task": name}, weight=int(t.weight),
-                      source="relax", task_mod=t.dispatched[0] if len(t.dispatched) else t.mod, task_name=name)
+        w = RelaxTask(
+            name=f"{prefix}.{name}",
+            op="relax-task",
+            params={"task": name},
+            weight=int(t.weight),
+            source="relax",
+            task_mod=t.dispatched[0] if len(t.dispatched) else t.mod,
+            task_name=name,
+        )
         if len(w.arg_shapes) < 2:
             continue
         out.append(w)
@@ -230,8 +249,11 @@ def applied(model: RelaxModel, db, target="host") -> list[str]:
     fused = _fuse(model.mod, tgt)
     with tgt, db, tvm.transform.PassContext(opt_level=3):
         out = MetaScheduleApplyDatabase()(fused)
-    return sorted(gv.name_hint for gv, f in out.functions.items()
-                  if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and f.attrs.get("tirx.is_scheduled", False))
+    return sorted(
+        gv.name_hint
+        for gv, f in out.functions.items()
+        if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and f.attrs.get("tirx.is_scheduled", False)
+    )
 
 
 def build(model: RelaxModel, db=None, target="host"):
@@ -259,8 +281,9 @@ def run(executable, x: np.ndarray, repeat: int = 5, min_repeat_ms: int = 50):
     return out, float(np.median(secs)) * 1e3
 
 
-def compare(model: RelaxModel, store, tasks: list[RelaxTask], target="host", seed: int = 7,
-            work_dir: str | None = None) -> dict:
+def compare(
+    model: RelaxModel, store, tasks: list[RelaxTask], target="host", seed: int = 7, work_dir: str | None = None
+) -> dict:
     """Build untuned and tuned, run both on the same input, check they agree, report both latencies."""
     x = np.random.default_rng(seed).uniform(-1, 1, size=model.input_shape).astype("float32")
     t0 = time.time()
@@ -275,24 +298,51 @@ def compare(model: RelaxModel, store, tasks: list[RelaxTask], target="host", see
     out, ms_tuned = run(tuned, x)
     scale = max(1.0, float(np.abs(ref).max()))
     err = float(np.abs(out.astype(np.float64) - ref).max())
-    return {"untuned_latency_ms": ms_untuned, "tuned_latency_ms": ms_tuned, "speedup": ms_untuned / ms_tuned,
-            "max_abs_error": err, "matches": bool(err <= 1e-3 * scale), "tuned_tasks": used, "applied": scheduled,
-            "compile_seconds": {"untuned": round(t_untuned, 2), "tuned": round(t_tuned, 2)},
-            "output_shape": list(out.shape)}
+    return {
+        "untuned_latency_ms": ms_untuned,
+        "tuned_latency_ms": ms_tuned,
+        "speedup": ms_untuned / ms_tuned,
+        "max_abs_error": err,
+        "matches": bool(err <= 1e-3 * scale),
+        "tuned_tasks": used,
+        "applied": scheduled,
+        "compile_seconds": {"untuned": round(t_untuned, 2), "tuned": round(t_tuned, 2)},
+        "output_shape": list(out.shape),
+    }
 
 
-def tune_and_compare(model: RelaxModel, trials: int, db: str, target="host", max_tasks: int | None = None,
-                     strategy="no-rewrite", seed: int = 0, on_event=None, **preset_overrides) -> dict:
+def tune_and_compare(
+    model: RelaxModel,
+    trials: int,
+    db: str,
+    target="host",
+    max_tasks: int | None = None,
+    strategy="no-rewrite",
+    seed: int = 0,
+    on_event=None,
+    **preset_overrides,
+) -> dict:
     """Extract, tune the largest ``max_tasks`` tasks (all by default) in one NetworkSession, compile, compare."""
     from .network import NetworkSession
 
     tasks = extract(model, target)
     chosen = tasks[:max_tasks] if max_tasks else tasks
-    s = NetworkSession(chosen, target=target, trials=trials, db=db, strategy=strategy, seed=seed, name="relax-resnet18",
-                       **preset_overrides)
+    s = NetworkSession(
+        chosen,
+        target=target,
+        trials=trials,
+        db=db,
+        strategy=strategy,
+        seed=seed,
+        name="relax-resnet18",
+        **preset_overrides,
+    )
     if on_event is not None:
         s.subscribe(on_event)
     summ = s.run()
     res = compare(model, db, chosen, target)
-    return {"tasks": [{"workload": w.name, "weight": w.weight, "flops": w.flops, "tuned": w in chosen} for w in tasks],
-            "session": summ, **res}
+    return {
+        "tasks": [{"workload": w.name, "weight": w.weight, "flops": w.flops, "tuned": w in chosen} for w in tasks],
+        "session": summ,
+        **res,
+    }

@@ -92,8 +92,11 @@ class ReplaySession:
         return df[df["id"] <= self._last_record_id].reset_index(drop=True) if len(df) else df
 
     def _trials_done(self) -> int:
-        return int(self.store.conn.execute("SELECT COUNT(*) FROM records WHERE session_id=? AND id<=?",
-                                           (self.session_id, self._last_record_id)).fetchone()[0])
+        return int(
+            self.store.conn.execute(
+                "SELECT COUNT(*) FROM records WHERE session_id=? AND id<=?", (self.session_id, self._last_record_id)
+            ).fetchone()[0]
+        )
 
     def _loop(self):
         self.status = "running"
@@ -103,14 +106,23 @@ class ReplaySession:
                 break
             if not self._running.is_set():
                 self.status = "paused"
-                self._bus.emit(Event.of(Paused(trials_done=self._trials_done(), replay=True), self.session_id,
-                                        time.time(), e["elapsed"]))
+                self._bus.emit(
+                    Event.of(
+                        Paused(trials_done=self._trials_done(), replay=True), self.session_id, time.time(), e["elapsed"]
+                    )
+                )
                 self._running.wait()
                 if self._stop.is_set():
                     break
                 self.status = "running"
-                self._bus.emit(Event.of(Resumed(trials_done=self._trials_done(), replay=True), self.session_id,
-                                        time.time(), e["elapsed"]))
+                self._bus.emit(
+                    Event.of(
+                        Resumed(trials_done=self._trials_done(), replay=True),
+                        self.session_id,
+                        time.time(),
+                        e["elapsed"],
+                    )
+                )
             if prev is not None:
                 time.sleep(min(self.max_gap, max(0.0, e["elapsed"] - prev) / self.speed))
             prev = e["elapsed"]
@@ -119,7 +131,10 @@ class ReplaySession:
             self._bus.emit(Event(e["kind"], self.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
         if self._stop.is_set():
             self.status = "stopped"
-            self._bus.emit(Event.of(Stopped(trials_done=self._trials_done(), replay=True), self.session_id,
-                                    time.time(), prev or 0.0))
+            self._bus.emit(
+                Event.of(
+                    Stopped(trials_done=self._trials_done(), replay=True), self.session_id, time.time(), prev or 0.0
+                )
+            )
         else:
             self.status = "finished"

@@ -176,8 +176,15 @@ class ServerHealth:
     retried: int = 0
 
     def as_dict(self, **extra):
-        return {"server": self.server, "state": self.state, "measured": self.measured, "errors": self.errors,
-                "timeouts": self.timeouts, "retried": self.retried, **extra}
+        return {
+            "server": self.server,
+            "state": self.state,
+            "measured": self.measured,
+            "errors": self.errors,
+            "timeouts": self.timeouts,
+            "retried": self.retried,
+            **extra,
+        }
 
 
 class _Unavailable(Exception):
@@ -206,13 +213,25 @@ class RPCRunner(interfaces.BatchRunner):
 
     measures_locally = False  # kernels run on the servers: this machine's load does not disturb their timings
 
-    def __init__(self, url: str, timeout: float = 30.0, number: int = 1, repeat: int = 3, min_repeat_ms: int = 30,
-                 parallel: int | None = None, retries: int = 2, request_timeout: float = 60.0, on_health=None):
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 30.0,
+        number: int = 1,
+        repeat: int = 3,
+        min_repeat_ms: int = 30,
+        parallel: int | None = None,
+        retries: int = 2,
+        request_timeout: float = 60.0,
+        on_health=None,
+    ):
         self.url = url
         self.host, self.port, self.key = parse_runner_url(url)
         n = tracker_servers(self.host, self.port, self.key)
         if n == 0:
-            raise WorkbenchError(f"no RPC server is registered under key {self.key!r} at the tracker {self.host}:{self.port}")
+            raise WorkbenchError(
+                f"no RPC server is registered under key {self.key!r} at the tracker {self.host}:{self.port}"
+            )
         self.parallel = max(1, int(parallel or n))
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
@@ -233,20 +252,24 @@ class RPCRunner(interfaces.BatchRunner):
             p.submit(_slot_init)
 
     # ---- interfaces.Runner
-    def run(self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None,
-            min_repeat_ms=None) -> RunResult:
-        return self.run_many([(path, shapes)], timeout=timeout, number=number, repeat=repeat,
-                             min_repeat_ms=min_repeat_ms)[0]
+    def run(
+        self, path: str, shapes: list, timeout: float | None = None, number=None, repeat=None, min_repeat_ms=None
+    ) -> RunResult:
+        return self.run_many(
+            [(path, shapes)], timeout=timeout, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms
+        )[0]
 
     def compute(self, path: str, inputs: list, out_shape, timeout: float | None = None):
         """The kernel's output on the given inputs: (array, None, None) or (None, error class, message)."""
-        job = self._job(0, "compute", path, ([np.asarray(a) for a in inputs], tuple(out_shape)), timeout, None, None,
-                        None)
+        job = self._job(
+            0, "compute", path, ([np.asarray(a) for a in inputs], tuple(out_shape)), timeout, None, None, None
+        )
         [res] = self._dispatch([job])
         return (res, None, None) if not isinstance(res, RunResult) else (None, res.error_class, res.error_msg)
 
-    def run_many(self, items, timeout=None, number=None, repeat=None, min_repeat_ms=None, on_result=None,
-                 proceed=None) -> list:
+    def run_many(
+        self, items, timeout=None, number=None, repeat=None, min_repeat_ms=None, on_result=None, proceed=None
+    ) -> list:
         """Time ``items`` = [(path, shapes), ...] on up to ``parallel`` servers at once.
 
         ``on_result(i, RunResult)`` is called on this thread as each finishes;
@@ -254,8 +277,10 @@ class RPCRunner(interfaces.BatchRunner):
         started, and may block (a paused session) or return False (stopped:
         the rest are not started and come back as None).
         """
-        jobs = [self._job(i, "time", p, [list(s) for s in shapes], timeout, number, repeat, min_repeat_ms)
-                for i, (p, shapes) in enumerate(items)]
+        jobs = [
+            self._job(i, "time", p, [list(s) for s in shapes], timeout, number, repeat, min_repeat_ms)
+            for i, (p, shapes) in enumerate(items)
+        ]
         return self._dispatch(jobs, on_result, proceed)
 
     def close(self):
@@ -268,8 +293,16 @@ class RPCRunner(interfaces.BatchRunner):
 
     # ---- internals
     def _job(self, i, mode, path, data, timeout, number, repeat, min_repeat_ms) -> _Job:
-        return _Job(i, mode, path, data, float(timeout or self.timeout), number or self.number,
-                    repeat or self.repeat, self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms)
+        return _Job(
+            i,
+            mode,
+            path,
+            data,
+            float(timeout or self.timeout),
+            number or self.number,
+            repeat or self.repeat,
+            self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms,
+        )
 
     def _health(self, server: str, state: str, **extra):
         with self._lock:
@@ -301,8 +334,10 @@ class RPCRunner(interfaces.BatchRunner):
                 slots.append(self._free.get_nowait())
             except queue.Empty:
                 break
-        threads = [threading.Thread(target=self._slot, args=(k, todo, done, stop, proceed), daemon=True,
-                                    name=f"rpc-slot-{k}") for k in slots]
+        threads = [
+            threading.Thread(target=self._slot, args=(k, todo, done, stop, proceed), daemon=True, name=f"rpc-slot-{k}")
+            for k in slots
+        ]
         for t in threads:
             t.start()
         fatal = None
@@ -348,8 +383,10 @@ class RPCRunner(interfaces.BatchRunner):
             t.close()
             self._trackers[k] = None
             if isinstance(e, socket.timeout):
-                raise _Unavailable(f"no RPC server under key {self.key!r} at {self.host}:{self.port} became free "
-                                   f"within {self.request_timeout:g} s") from None
+                raise _Unavailable(
+                    f"no RPC server under key {self.key!r} at {self.host}:{self.port} became free "
+                    f"within {self.request_timeout:g} s"
+                ) from None
             raise _Unavailable(f"lost the RPC tracker at {self.host}:{self.port}: {e}") from None
 
     def _slot(self, k, todo, done, stop, proceed):
@@ -377,8 +414,20 @@ class RPCRunner(interfaces.BatchRunner):
             self._health(server, "busy")
             t0 = time.time()
             try:
-                r = worker.submit(_remote_call, url, port, matchkey, job.timeout, job.mode, job.path, job.data,
-                                job.number, job.repeat, job.min_repeat_ms, timeout=job.timeout + GRACE).result()
+                r = worker.submit(
+                    _remote_call,
+                    url,
+                    port,
+                    matchkey,
+                    job.timeout,
+                    job.mode,
+                    job.path,
+                    job.data,
+                    job.number,
+                    job.repeat,
+                    job.min_repeat_ms,
+                    timeout=job.timeout + GRACE,
+                ).result()
             except BaseException as e:  # noqa: BLE001 - the worker timed out or died
                 cls, msg = _classify(e, "run")
                 r = ("worker", cls, msg)
@@ -420,8 +469,9 @@ class RPCRunner(interfaces.BatchRunner):
                 self._health(server, "lost", message=msg, retrying=True)
                 return None, True
             self._health(server, "lost", message=msg, retrying=False)
-            return RunResult([], "run-crash", f"lost {len(job.servers)} servers measuring it "
-                                              f"({', '.join(job.servers)}): {msg}"), False
+            return RunResult(
+                [], "run-crash", f"lost {len(job.servers)} servers measuring it ({', '.join(job.servers)}): {msg}"
+            ), False
         h.errors += 1
         self._health(server, "idle", message=msg)
         return RunResult([], "run-error", msg), False
@@ -429,4 +479,6 @@ class RPCRunner(interfaces.BatchRunner):
 
 def _is_connection_error(msg: str) -> bool:
     m = msg.lower()
-    return any(s in m for s in ("kshutdown", "socket", "connection", "broken pipe", "closed", "reset", "eof", "recv", "send"))
+    return any(
+        s in m for s in ("kshutdown", "socket", "connection", "broken pipe", "closed", "reset", "eof", "recv", "send")
+    )

@@ -45,8 +45,9 @@ class Choice:
 
 
 class GradientScheduler:
-    def __init__(self, weights, flops, tags=None, alpha: float = 0.2, beta: float = 2.0,
-                 backward_window: int = 3, seed: int = 0):
+    def __init__(
+        self, weights, flops, tags=None, alpha: float = 0.2, beta: float = 2.0, backward_window: int = 3, seed: int = 0
+    ):
         n = len(weights)
         if n == 0:
             raise ValueError("the scheduler needs at least one task")
@@ -145,6 +146,10 @@ class GradientScheduler:
             self.tags[i] = None
 
     def state(self) -> dict:
-        return {"best_ms": [None if b >= INF_COST else b for b in self.best], "rounds": list(self.rounds),
-                "dead": sorted(self.dead), "objective_ms": self.objective(),
-                "groups": {k: list(v) for k, v in self.groups.items() if len(v) > 1}}
+        return {
+            "best_ms": [None if b >= INF_COST else b for b in self.best],
+            "rounds": list(self.rounds),
+            "dead": sorted(self.dead),
+            "objective_ms": self.objective(),
+            "groups": {k: list(v) for k, v in self.groups.items() if len(v) > 1},
+        }

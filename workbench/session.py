@@ -59,15 +59,26 @@ def _mode_for(strategy, names) -> str:
     return "round-robin"
 
 
-
 class TuningSession(SessionLifecycle):
     """One workload tuned round by round; an ``interfaces.SessionView`` for the widgets."""
 
     replay = False
 
-    def __init__(self, workload, target="host", trials: int = 64, preset="quick", seed: int = 0,
-                 db: str | RecordStore = DEFAULT_DB, strategy="auto", builder_workers: int | None = None,
-                 runner=None, _resume: dict | None = None, model=None, **preset_overrides):
+    def __init__(
+        self,
+        workload,
+        target="host",
+        trials: int = 64,
+        preset="quick",
+        seed: int = 0,
+        db: str | RecordStore = DEFAULT_DB,
+        strategy="auto",
+        builder_workers: int | None = None,
+        runner=None,
+        _resume: dict | None = None,
+        model=None,
+        **preset_overrides,
+    ):
         # model: a cost_model.PackSumXGB shared with other sessions (a network session shares one across its
         # tasks); a shared builder and runner are handed to open().
         self._shared_model = model
@@ -84,9 +95,12 @@ class TuningSession(SessionLifecycle):
         self.seed = seed
         self.strategies = layouts.parse_strategies(strategy, self.workload)
         self.controller = StrategyController(
-            self.strategies, _mode_for(strategy, self.strategies),
-            make_policy(self.preset.controller_policy, seed=seed, c=self.preset.controller_c,
-                        lam=self.preset.controller_lam))
+            self.strategies,
+            _mode_for(strategy, self.strategies),
+            make_policy(
+                self.preset.controller_policy, seed=seed, c=self.preset.controller_c, lam=self.preset.controller_lam
+            ),
+        )
         # RPC: runner="rpc://HOST:PORT/KEY" (or any interfaces.Runner); checked before
         # a session row exists, so an unreachable tracker leaves nothing behind.
         if runner is not None and runner != "local" and isinstance(runner, str):
@@ -116,9 +130,17 @@ class TuningSession(SessionLifecycle):
         self.phase_seconds: dict = {k: 0.0 for k in PHASES}
         if _resume is None:
             self.session_id = self.store.create_session(
-                workload=self.workload.name, spec=self.workload.spec(), target=self.target_dict,
-                preset=self.preset.name, preset_params=self.preset.to_dict(), seed=seed, trials=trials,
-                strategies=self.strategies, strategy_arg=_strategy_arg(strategy), versions=tvm_env.library_versions())
+                workload=self.workload.name,
+                spec=self.workload.spec(),
+                target=self.target_dict,
+                preset=self.preset.name,
+                preset_params=self.preset.to_dict(),
+                seed=seed,
+                trials=trials,
+                strategies=self.strategies,
+                strategy_arg=_strategy_arg(strategy),
+                versions=tvm_env.library_versions(),
+            )
             self._resumed = False
             self._lock = session_lock(self.store.path, self.session_id)
         else:
@@ -131,8 +153,9 @@ class TuningSession(SessionLifecycle):
 
     # ------------------------------------------------------------------ public API
     @classmethod
-    def resume(cls, db, session_id: int | None = None, workload: str | None = None, trials: int | None = None,
-               **kw) -> "TuningSession":
+    def resume(
+        cls, db, session_id: int | None = None, workload: str | None = None, trials: int | None = None, **kw
+    ) -> "TuningSession":
         """Continue a stopped or killed session from its store; no measured record is lost."""
         store = db if isinstance(db, RecordStore) else RecordStore(db)
         if session_id is None:
@@ -143,10 +166,20 @@ class TuningSession(SessionLifecycle):
         else:
             row = store.session(session_id)
         kw.setdefault("strategy", row["strategy_arg"])
-        overrides = {k: (tuple(v) if isinstance(v, list) else v) for k, v in row["preset_params"].items() if k != "name"}
+        overrides = {
+            k: (tuple(v) if isinstance(v, list) else v) for k, v in row["preset_params"].items() if k != "name"
+        }
         preset = presets.Preset(name=row["preset"], **overrides)
-        return cls(row["spec"], target=row["target"], trials=trials or row["trials"], preset=preset,
-                   seed=row["seed"], db=store, _resume=row, **kw)
+        return cls(
+            row["spec"],
+            target=row["target"],
+            trials=trials or row["trials"],
+            preset=preset,
+            seed=row["seed"],
+            db=store,
+            _resume=row,
+            **kw,
+        )
 
     @property
     def _thread_name(self) -> str:
@@ -193,8 +226,11 @@ class TuningSession(SessionLifecycle):
         for s in self.strategies:
             sub = rec[rec["strategy"] == s] if len(rec) else rec
             b = self.best_by_strategy.get(s)  # verified bests only; restored from the store on resume
-            per[s] = {"best_latency_ms": b["latency_ms"] if b else None, "trials": int(len(sub)),
-                      "verified": bool(b and b["verified"])}
+            per[s] = {
+                "best_latency_ms": b["latency_ms"] if b else None,
+                "trials": int(len(sub)),
+                "verified": bool(b and b["verified"]),
+            }
         best = self.best
         best_strategy = best["strategy"] if best else None
         return {
@@ -206,7 +242,9 @@ class TuningSession(SessionLifecycle):
             "best_gflops": best["gflops"] if best else None,
             "best_strategy": best_strategy,
             "naive_latency_ms": self.naive_latency_ms,
-            "speedup_vs_naive": (self.naive_latency_ms / best["latency_ms"]) if (best and self.naive_latency_ms) else None,
+            "speedup_vs_naive": (self.naive_latency_ms / best["latency_ms"])
+            if (best and self.naive_latency_ms)
+            else None,
             "verified": bool(best and best["verified"]),
             "tuning_seconds": round(self._elapsed(), 2),
             "phase_seconds": {k: round(v, 2) for k, v in self.phase_seconds.items()},
@@ -254,39 +292,76 @@ class TuningSession(SessionLifecycle):
         w = self.workload
         self.target = tvm_env.make_target(self.target_dict)
         p = self.preset
-        self.model = self._shared_model if self._shared_model is not None else cm.PackSumXGB(
-            seed=self.seed, max_rounds=p.xgb_max_rounds, early_stop=p.xgb_early_stop, warmup=p.warmup_samples,
-            nthread=tvm_env.available_cores())
-        self.featurizer = cm.Featurizer(space.tune_context(w, self.target, "no-rewrite", p, self.seed, search=False,
-                                                           threads=tvm_env.available_cores()),
-                                        strategy_onehot=p.strategy_onehot, reuse=p.feature_reuse)
+        self.model = (
+            self._shared_model
+            if self._shared_model is not None
+            else cm.PackSumXGB(
+                seed=self.seed,
+                max_rounds=p.xgb_max_rounds,
+                early_stop=p.xgb_early_stop,
+                warmup=p.warmup_samples,
+                nthread=tvm_env.available_cores(),
+            )
+        )
+        self.featurizer = cm.Featurizer(
+            space.tune_context(
+                w, self.target, "no-rewrite", p, self.seed, search=False, threads=tvm_env.available_cores()
+            ),
+            strategy_onehot=p.strategy_onehot,
+            reuse=p.feature_reuse,
+        )
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
         self.builder = self._shared_builder or measure.make_builder(self.target_dict, p, workers=self.builder_workers)
         # RPC server health arrives on this (the tuning) thread, so it is stored and emitted like any event.
-        self.runner = measure.make_runner(self.runner_spec, self.target_dict, p,
-                                          on_health=lambda d: self._emit(ev.RunnerHealth.from_data(d)))
+        self.runner = measure.make_runner(
+            self.runner_spec, self.target_dict, p, on_health=lambda d: self._emit(ev.RunnerHealth.from_data(d))
+        )
         self.inputs = w.make_inputs(seed=1234)
         self.state = loop.SearchState()
         prior = self.store.traces(self.session_id) if self._resumed else []
         if prior:
             self._elapsed_offset = self.store.records(session_id=self.session_id)["elapsed_s"].max()
             self._t0 = time.time()
-        self._emit(ev.SessionStarted(
-            workload=w.name, spec=w.spec(), flops=w.flops, target=self.target_dict, trials=self.trials,
-            preset=p.name, seed=self.seed, strategies=self.strategies, mode=self.controller.mode, db=self.db_path,
-            resumed=self._resumed, trials_done=len(prior), reference=w.reference_kind,
-            weight_indices=w.weight_indices))
+        self._emit(
+            ev.SessionStarted(
+                workload=w.name,
+                spec=w.spec(),
+                flops=w.flops,
+                target=self.target_dict,
+                trials=self.trials,
+                preset=p.name,
+                seed=self.seed,
+                strategies=self.strategies,
+                mode=self.controller.mode,
+                db=self.db_path,
+                resumed=self._resumed,
+                trials_done=len(prior),
+                reference=w.reference_kind,
+                weight_indices=w.weight_indices,
+            )
+        )
         for s in self.strategies:
             ctx = space.tune_context(w, self.target, s, p, self.seed + layouts.STRATEGY_INDEX[s])
             self._ctx_strategy[ctx.task_name] = s
             db = ms.database.MemoryDatabase()
-            ctx.pre_tuning(max_trials=1 << 30, num_trials_per_iter=p.trials_per_round,
-                           design_spaces=ctx.generate_design_space(), database=db, cost_model=self.search_model)
+            ctx.pre_tuning(
+                max_trials=1 << 30,
+                num_trials_per_iter=p.trials_per_round,
+                design_spaces=ctx.generate_design_space(),
+                database=db,
+                cost_model=self.search_model,
+            )
             self.contexts[s] = ctx
             self.search_dbs[s] = (db, db.commit_workload(w.mod))
         self._baseline_and_reference()
-        self.noise = noise.NoiseGuard(noise.NoisePolicy(mode=p.noise, confirm_rounds=p.confirm_rounds), self.runner,
-                                      self.builder, self._emit, self._stop.is_set, gate=self.measurement_gate)
+        self.noise = noise.NoiseGuard(
+            noise.NoisePolicy(mode=p.noise, confirm_rounds=p.confirm_rounds),
+            self.runner,
+            self.builder,
+            self._emit,
+            self._stop.is_set,
+            gate=self.measurement_gate,
+        )
         self._compose_steps()
         with self.measurement_gate:
             self.noise.start()
@@ -312,8 +387,9 @@ class TuningSession(SessionLifecycle):
     def _baseline_and_reference(self) -> None:
         w = self.workload
         known = self.naive_latency_ms is not None
-        naive_ms, self.reference = measure.naive_and_reference(w, self.builder, self.runner, self.inputs,
-                                                               timeout=NAIVE_TIMEOUT, need_latency=not known)
+        naive_ms, self.reference = measure.naive_and_reference(
+            w, self.builder, self.runner, self.inputs, timeout=NAIVE_TIMEOUT, need_latency=not known
+        )
         if not known:
             self.naive_latency_ms = naive_ms
             self.store.update_session(self.session_id, naive_latency_ms=naive_ms)
@@ -364,8 +440,11 @@ class TuningSession(SessionLifecycle):
             self.state.artifacts.clear()
         for name in ("builder", "runner"):
             obj = getattr(self, name)
-            if obj is not None and not (name == "runner" and obj is self.runner_spec) \
-                    and obj is not self._shared_builder:  # the caller's own runner / shared builder
+            if (
+                obj is not None
+                and not (name == "runner" and obj is self.runner_spec)
+                and obj is not self._shared_builder
+            ):  # the caller's own runner / shared builder
                 try:
                     obj.close()
                 except Exception:
@@ -431,17 +510,40 @@ class TuningSession(SessionLifecycle):
                 return False
             decision = self.controller.choose()  # decide
             if decision is None:
-                self._emit(ev.ControllerDecision(round=self.round + 1, strategy=None, chosen_by="controller",
-                                                 mode=self.controller.mode, scores={},
-                                                 reason="every strategy is exhausted or pruned", pruned=[]))
+                self._emit(
+                    ev.ControllerDecision(
+                        round=self.round + 1,
+                        strategy=None,
+                        chosen_by="controller",
+                        mode=self.controller.mode,
+                        scores={},
+                        reason="every strategy is exhausted or pruned",
+                        pruned=[],
+                    )
+                )
                 return False
             self.round += 1
             n = min(self.preset.trials_per_round, self.trials - self.trials_done)
-            self._emit(ev.ControllerDecision(round=self.round, strategy=decision.strategy,
-                                             chosen_by=decision.chosen_by, mode=decision.mode,
-                                             scores=_finite(decision.scores), reason=decision.reason, pruned=[]))
-            self._emit(ev.RoundStarted(round=self.round, strategy=decision.strategy, chosen_by=decision.chosen_by,
-                                       scores=_finite(decision.scores), n=n))
+            self._emit(
+                ev.ControllerDecision(
+                    round=self.round,
+                    strategy=decision.strategy,
+                    chosen_by=decision.chosen_by,
+                    mode=decision.mode,
+                    scores=_finite(decision.scores),
+                    reason=decision.reason,
+                    pruned=[],
+                )
+            )
+            self._emit(
+                ev.RoundStarted(
+                    round=self.round,
+                    strategy=decision.strategy,
+                    chosen_by=decision.chosen_by,
+                    scores=_finite(decision.scores),
+                    n=n,
+                )
+            )
             if self._round(decision.strategy, decision.chosen_by, n) is None:
                 self.controller.mark_exhausted(decision.strategy)
                 continue
@@ -461,9 +563,16 @@ class TuningSession(SessionLifecycle):
             return None
         with _timed(phases, "features"):
             self.predict(strategy, proposals)
-        self._emit(ev.CandidatesProposed(round=self.round, strategy=strategy, candidates=[
-            {"index": i, "predicted_score": p.predicted_score, "mod_hash": p.mod_hash}
-            for i, p in enumerate(proposals)]))
+        self._emit(
+            ev.CandidatesProposed(
+                round=self.round,
+                strategy=strategy,
+                candidates=[
+                    {"index": i, "predicted_score": p.predicted_score, "mod_hash": p.mod_hash}
+                    for i, p in enumerate(proposals)
+                ],
+            )
+        )
         with _timed(phases, "build"):
             builds = self.build(proposals)
         best_before = self.state.best_ms()
@@ -498,19 +607,33 @@ class TuningSession(SessionLifecycle):
             trained = self.learn.round(strategy, measured)
         self._add_phases(phases)
         if trained:
-            self._emit(ev.ModelTrained(round=self.round, n_samples=self.model.n_samples,
-                                       seconds=round(time.time() - t, 3), boost_rounds=self.model.last_train_rounds))
+            self._emit(
+                ev.ModelTrained(
+                    round=self.round,
+                    n_samples=self.model.n_samples,
+                    seconds=round(time.time() - t, 3),
+                    boost_rounds=self.model.last_train_rounds,
+                )
+            )
         ok = [r["latency_ms"] for _, r in measured if r["error_class"] is None]
         round_best = min(ok) if ok else None
         pruned = self.learn.observe(strategy, round_best, best_before, len(measured), proposals)
-        self._emit(ev.RoundFinished(round=self.round, strategy=strategy, measured=len(measured),
-                                    errors=len(measured) - len(ok), round_best_ms=round_best,
-                                    best_ms=self.state.best_ms(), pruned=pruned, controller=self.controller.state(),
-                                    phase_seconds={k: round(v, 3) for k, v in phases.items()}))
+        self._emit(
+            ev.RoundFinished(
+                round=self.round,
+                strategy=strategy,
+                measured=len(measured),
+                errors=len(measured) - len(ok),
+                round_best_ms=round_best,
+                best_ms=self.state.best_ms(),
+                pruned=pruned,
+                controller=self.controller.state(),
+                phase_seconds={k: round(v, 3) for k, v in phases.items()},
+            )
+        )
         return len(measured)
 
-    def _measure_one(self, strategy: str, chosen_by: str, p: loop.Proposal, b, t_prop: float,
-                     run_result=None) -> dict:
+    def _measure_one(self, strategy: str, chosen_by: str, p: loop.Proposal, b, t_prop: float, run_result=None) -> dict:
         """measure → (verify → confirm, for a would-be best) → record, for one built proposal."""
         timing = self.measure(b, p.shapes, trial=self.trials_done + 1, run_result=run_result)
         verdict = loop.Verdict(timing.latency_ms)
@@ -522,9 +645,19 @@ class TuningSession(SessionLifecycle):
             else:
                 verdict = self.confirm(strategy, b.path, p.shapes, timing.latency_ms)
         self.trials_done += 1
-        return self.record(p, strategy, chosen_by, timing, verdict, trial=self.trials_done, round=self.round,
-                           proposed_at=t_prop, elapsed_s=self._elapsed(), path=b.path,
-                           keep_artifact=run_result is None)
+        return self.record(
+            p,
+            strategy,
+            chosen_by,
+            timing,
+            verdict,
+            trial=self.trials_done,
+            round=self.round,
+            proposed_at=t_prop,
+            elapsed_s=self._elapsed(),
+            path=b.path,
+            keep_artifact=run_result is None,
+        )
 
     def _add_phases(self, round_phases: dict) -> None:
         for k, v in round_phases.items():
@@ -574,8 +707,10 @@ def _check_fits_in_memory(w: Workload) -> None:
     need = sum(math.prod(s) for s in w.arg_shapes) * 4
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > have // 2:
-        raise WorkbenchError(f"workload {w.name!r} needs {need / 2**30:.3g} GiB for its arguments; this machine has "
-                             f"{have / 2**30:.3g} GiB of memory")
+        raise WorkbenchError(
+            f"workload {w.name!r} needs {need / 2**30:.3g} GiB for its arguments; this machine has "
+            f"{have / 2**30:.3g} GiB of memory"
+        )
 
 
 def _strategy_arg(strategy) -> str:

@@ -36,7 +36,8 @@ def space_generator(strategy: str, preset: Preset):
     from tvm.s_tir import meta_schedule as ms
 
     return ms.space_generator.PostOrderApply(
-        sch_rules="llvm", postprocs=layouts.get(strategy).postprocs(), mutator_probs=mutator_probs(preset))
+        sch_rules="llvm", postprocs=layouts.get(strategy).postprocs(), mutator_probs=mutator_probs(preset)
+    )
 
 
 def tune_context(workload, target, strategy: str, preset: Preset, seed: int, search=True, threads: int | None = None):
@@ -46,13 +47,22 @@ def tune_context(workload, target, strategy: str, preset: Preset, seed: int, sea
     strat = None
     if search:
         strat = ms.search_strategy.EvolutionarySearch(
-            population_size=preset.population, init_measured_ratio=preset.init_measured_ratio,
-            init_min_unmeasured=preset.init_min_unmeasured, genetic_num_iters=preset.generations,
-            genetic_mutate_prob=preset.mutate_prob, eps_greedy=preset.eps_greedy)
+            population_size=preset.population,
+            init_measured_ratio=preset.init_measured_ratio,
+            init_min_unmeasured=preset.init_min_unmeasured,
+            genetic_num_iters=preset.generations,
+            genetic_mutate_prob=preset.mutate_prob,
+            eps_greedy=preset.eps_greedy,
+        )
     return ms.TuneContext(
-        mod=workload.mod, target=target, space_generator=space_generator(strategy, preset),
-        search_strategy=strat, task_name=f"{workload.name}|{strategy}", rand_state=seed,
-        num_threads=threads or max(1, min(preset.search_threads, tvm_env.available_cores())))
+        mod=workload.mod,
+        target=target,
+        space_generator=space_generator(strategy, preset),
+        search_strategy=strat,
+        task_name=f"{workload.name}|{strategy}",
+        rand_state=seed,
+        num_threads=threads or max(1, min(preset.search_threads, tvm_env.available_cores())),
+    )
 
 
 @dataclass
@@ -159,8 +169,10 @@ def schedule_from_trace_json(workload, trace_json: str):
         Trace.apply_json_to_schedule(tvm.ir.load_json(trace_json), sch)
     except Exception as e:  # a damaged or foreign store: its text is never run, only parsed, and this fails
         last = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise WorkbenchError(f"unreadable trace for {workload.name!r} in the records store: "
-                             f"{type(e).__name__}: {last[-1][:200] if last else ''}") from None
+        raise WorkbenchError(
+            f"unreadable trace for {workload.name!r} in the records store: "
+            f"{type(e).__name__}: {last[-1][:200] if last else ''}"
+        ) from None
     return sch
 
 

@@ -96,13 +96,39 @@ CREATE INDEX IF NOT EXISTS events_session ON events(session_id, id);
 """
 
 RECORD_COLUMNS = [
-    "id", "session_id", "workload", "trial", "round", "strategy", "chosen_by", "latency_ms", "gflops",
-    "predicted_score", "error_class", "error_msg", "verified", "is_best", "run_secs", "decisions", "mod_hash",
-    "seed", "proposed_at", "measured_at", "elapsed_s", "noisy", "cv", "confirm_spread",
+    "id",
+    "session_id",
+    "workload",
+    "trial",
+    "round",
+    "strategy",
+    "chosen_by",
+    "latency_ms",
+    "gflops",
+    "predicted_score",
+    "error_class",
+    "error_msg",
+    "verified",
+    "is_best",
+    "run_secs",
+    "decisions",
+    "mod_hash",
+    "seed",
+    "proposed_at",
+    "measured_at",
+    "elapsed_s",
+    "noisy",
+    "cv",
+    "confirm_spread",
 ]
 # Added by schema 2, with what a schema-1 row reads as.
-NOISE_COLUMNS = {"noisy": "INTEGER NOT NULL DEFAULT 0", "noise": "TEXT", "cv": "REAL", "confirm_secs": "TEXT",
-                 "confirm_spread": "REAL"}
+NOISE_COLUMNS = {
+    "noisy": "INTEGER NOT NULL DEFAULT 0",
+    "noise": "TEXT",
+    "cv": "REAL",
+    "confirm_secs": "TEXT",
+    "confirm_spread": "REAL",
+}
 
 
 def _locked(e: sqlite3.OperationalError) -> bool:
@@ -132,9 +158,11 @@ def session_lock(db_path: str, session_id: int):
         f.seek(0)
         holder = f.read().strip()
         f.close()
-        raise SessionRunningError(f"session {session_id} in {db_path!r} is still running in another process"
-                                  + (f" (pid {holder})" if holder else "")
-                                  + "; stop it (Ctrl-C) before resuming it") from None
+        raise SessionRunningError(
+            f"session {session_id} in {db_path!r} is still running in another process"
+            + (f" (pid {holder})" if holder else "")
+            + "; stop it (Ctrl-C) before resuming it"
+        ) from None
     f.seek(0)
     f.truncate()
     f.write(str(os.getpid()))
@@ -184,13 +212,14 @@ class RecordStore:
                 raise WorkbenchError(f"{path!r} is not a workbench records store (not an SQLite file)")
         try:
             uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
-            self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False,
-                                        isolation_level=None)
+            self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False, isolation_level=None)
             self.conn.row_factory = sqlite3.Row
             self._init(readonly)
         except sqlite3.OperationalError as e:
             if _locked(e):
-                raise StoreLockedError(f"records store {path!r} is locked by another process; try again when it finishes") from None
+                raise StoreLockedError(
+                    f"records store {path!r} is locked by another process; try again when it finishes"
+                ) from None
             raise WorkbenchError(f"cannot open records store {path!r}: {e}") from None
         except sqlite3.DatabaseError as e:
             raise WorkbenchError(f"{path!r} is not a usable records store: {e}") from None
@@ -232,8 +261,10 @@ class RecordStore:
     def _check_version(self) -> int:
         v = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if v > SCHEMA_VERSION:
-            raise WorkbenchError(f"{self.path!r} was written by a newer workbench (schema {v}; this one reads up to "
-                                 f"{SCHEMA_VERSION}): upgrade the workbench to open it")
+            raise WorkbenchError(
+                f"{self.path!r} was written by a newer workbench (schema {v}; this one reads up to "
+                f"{SCHEMA_VERSION}): upgrade the workbench to open it"
+            )
         return v
 
     def _col(self, name: str) -> str:
@@ -254,14 +285,40 @@ class RecordStore:
         except sqlite3.DatabaseError as e:
             raise WorkbenchError(f"cannot write records store {self.path!r}: {e}") from None
 
-    def create_session(self, *, workload: str, spec: dict, target: dict, preset: str, preset_params: dict,
-                       seed: int, trials: int, strategies: list, strategy_arg: str, versions: dict) -> int:
+    def create_session(
+        self,
+        *,
+        workload: str,
+        spec: dict,
+        target: dict,
+        preset: str,
+        preset_params: dict,
+        seed: int,
+        trials: int,
+        strategies: list,
+        strategy_arg: str,
+        versions: dict,
+    ) -> int:
         now = time.time()
         return self._write(
             "INSERT INTO sessions(workload, spec, target, preset, preset_params, seed, trials, strategies, strategy_arg,"
             " versions, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (workload, json.dumps(spec), json.dumps(target), preset, json.dumps(preset_params), seed, trials,
-             json.dumps(strategies), strategy_arg, json.dumps(versions), "created", now, now))
+            (
+                workload,
+                json.dumps(spec),
+                json.dumps(target),
+                preset,
+                json.dumps(preset_params),
+                seed,
+                trials,
+                json.dumps(strategies),
+                strategy_arg,
+                json.dumps(versions),
+                "created",
+                now,
+                now,
+            ),
+        )
 
     def update_session(self, session_id: int, **fields) -> None:
         if not fields:
@@ -277,14 +334,37 @@ class RecordStore:
             " predicted_score, run_secs, latency_ms, gflops, error_class, error_msg, verified, is_best, seed,"
             " proposed_at, measured_at, elapsed_s, features, feature_rows, noisy, noise, cv, confirm_secs,"
             " confirm_spread) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (rec["session_id"], rec["workload"], rec["trial"], rec["round"], rec["strategy"], rec["chosen_by"],
-             rec["trace"], rec["decisions"], rec["mod_hash"], rec.get("predicted_score"),
-             json.dumps(rec.get("run_secs") or []), rec.get("latency_ms"), rec.get("gflops"), rec.get("error_class"),
-             rec.get("error_msg"), int(bool(rec.get("verified"))), int(bool(rec.get("is_best"))), rec["seed"],
-             rec["proposed_at"], rec["measured_at"], rec["elapsed_s"],
-             None if feats is None else feats.tobytes(), None if feats is None else feats.shape[0],
-             int(bool(rec.get("noisy"))), None if rec.get("noise") is None else json.dumps(rec["noise"]), rec.get("cv"),
-             None if rec.get("confirm_secs") is None else json.dumps(rec["confirm_secs"]), rec.get("confirm_spread")))
+            (
+                rec["session_id"],
+                rec["workload"],
+                rec["trial"],
+                rec["round"],
+                rec["strategy"],
+                rec["chosen_by"],
+                rec["trace"],
+                rec["decisions"],
+                rec["mod_hash"],
+                rec.get("predicted_score"),
+                json.dumps(rec.get("run_secs") or []),
+                rec.get("latency_ms"),
+                rec.get("gflops"),
+                rec.get("error_class"),
+                rec.get("error_msg"),
+                int(bool(rec.get("verified"))),
+                int(bool(rec.get("is_best"))),
+                rec["seed"],
+                rec["proposed_at"],
+                rec["measured_at"],
+                rec["elapsed_s"],
+                None if feats is None else feats.tobytes(),
+                None if feats is None else feats.shape[0],
+                int(bool(rec.get("noisy"))),
+                None if rec.get("noise") is None else json.dumps(rec["noise"]),
+                rec.get("cv"),
+                None if rec.get("confirm_secs") is None else json.dumps(rec["confirm_secs"]),
+                rec.get("confirm_spread"),
+            ),
+        )
 
     def update_record(self, record_id: int, **fields) -> None:
         """Change measured values of a record (an incumbent re-measured beside a challenger)."""
@@ -298,16 +378,22 @@ class RecordStore:
 
     def mark_noisy(self, session_id: int, after_id: int) -> list[int]:
         """Mark a session's records after ``after_id`` noisy; returns the ids newly marked."""
-        ids = [r[0] for r in self.conn.execute(
-            "SELECT id FROM records WHERE session_id=? AND id>? AND noisy=0 AND error_class IS NULL",
-            (session_id, after_id))]
+        ids = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT id FROM records WHERE session_id=? AND id>? AND noisy=0 AND error_class IS NULL",
+                (session_id, after_id),
+            )
+        ]
         if ids:
             self._write(f"UPDATE records SET noisy=1 WHERE id IN ({','.join('?' * len(ids))})", ids)
         return ids
 
     def add_event(self, session_id: int, kind: str, t: float, elapsed: float, data: dict) -> int:
-        return self._write("INSERT INTO events(session_id, kind, time, elapsed, data) VALUES (?,?,?,?,?)",
-                           (session_id, kind, t, elapsed, json.dumps(data, default=_json_default)))
+        return self._write(
+            "INSERT INTO events(session_id, kind, time, elapsed, data) VALUES (?,?,?,?,?)",
+            (session_id, kind, t, elapsed, json.dumps(data, default=_json_default)),
+        )
 
     # ---- reading ----
     def session(self, session_id: int) -> dict:
@@ -320,7 +406,9 @@ class RecordStore:
         return [_session_row(r) for r in self.conn.execute("SELECT * FROM sessions ORDER BY id")]
 
     def latest_session(self, workload: str) -> dict | None:
-        r = self.conn.execute("SELECT * FROM sessions WHERE workload=? ORDER BY id DESC LIMIT 1", (workload,)).fetchone()
+        r = self.conn.execute(
+            "SELECT * FROM sessions WHERE workload=? ORDER BY id DESC LIMIT 1", (workload,)
+        ).fetchone()
         return None if r is None else _session_row(r)
 
     def records(self, session_id: int | None = None, workload: str | None = None, with_trace: bool = False):
@@ -336,7 +424,11 @@ class RecordStore:
         if workload is not None:
             where.append("workload=?")
             args.append(workload)
-        sql = f"SELECT {', '.join(select)} FROM records" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        sql = (
+            f"SELECT {', '.join(select)} FROM records"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY id"
+        )
         rows = [dict(r) for r in self.conn.execute(sql, args)]
         df = pd.DataFrame(rows, columns=cols)
         if len(df):
@@ -361,16 +453,22 @@ class RecordStore:
         """(strategy, features, latency_ms or None, mod_hash) of every record of a workload, for the cost model."""
         out = []
         for r in self.conn.execute(
-                "SELECT strategy, features, feature_rows, latency_ms, error_class, mod_hash FROM records"
-                " WHERE workload=? ORDER BY id", (workload,)):
+            "SELECT strategy, features, feature_rows, latency_ms, error_class, mod_hash FROM records"
+            " WHERE workload=? ORDER BY id",
+            (workload,),
+        ):
             lat = r["latency_ms"] if r["latency_ms"] is not None and not r["error_class"] else None
             out.append((r["strategy"], _features(r["features"], r["feature_rows"]), lat, r["mod_hash"]))
         return out
 
     def traces(self, session_id: int):
-        return [dict(r) for r in self.conn.execute(
-            "SELECT id, strategy, trace, run_secs, latency_ms, error_class, mod_hash FROM records WHERE session_id=? ORDER BY id",
-            (session_id,))]
+        return [
+            dict(r)
+            for r in self.conn.execute(
+                "SELECT id, strategy, trace, run_secs, latency_ms, error_class, mod_hash FROM records WHERE session_id=? ORDER BY id",
+                (session_id,),
+            )
+        ]
 
     def best(self, workload: str, strategy: str | None = None) -> dict | None:
         sql = "SELECT * FROM records WHERE workload=? AND error_class IS NULL AND latency_ms IS NOT NULL AND verified=1"
@@ -387,10 +485,18 @@ class RecordStore:
         return d
 
     def events(self, session_id: int, after_id: int = 0) -> list[dict]:
-        return [{"id": r["id"], "kind": r["kind"], "time": r["time"], "elapsed": r["elapsed"],
-                 "data": json.loads(r["data"])}
-                for r in self.conn.execute("SELECT * FROM events WHERE session_id=? AND id>? ORDER BY id",
-                                           (session_id, after_id))]
+        return [
+            {
+                "id": r["id"],
+                "kind": r["kind"],
+                "time": r["time"],
+                "elapsed": r["elapsed"],
+                "data": json.loads(r["data"]),
+            }
+            for r in self.conn.execute(
+                "SELECT * FROM events WHERE session_id=? AND id>? ORDER BY id", (session_id, after_id)
+            )
+        ]
 
     def summary(self) -> dict:
         c = self.conn
@@ -398,15 +504,24 @@ class RecordStore:
         errors = c.execute("SELECT COUNT(*) FROM records WHERE error_class IS NOT NULL").fetchone()[0]
         per = {}
         for r in c.execute(
-                "SELECT workload, COUNT(*) n, SUM(error_class IS NOT NULL) e,"
-                " MIN(CASE WHEN error_class IS NULL AND verified=1 THEN latency_ms END) best FROM records GROUP BY workload"):
+            "SELECT workload, COUNT(*) n, SUM(error_class IS NOT NULL) e,"
+            " MIN(CASE WHEN error_class IS NULL AND verified=1 THEN latency_ms END) best FROM records GROUP BY workload"
+        ):
             per[r["workload"]] = {"measured": r["n"], "errors": r["e"], "best_latency_ms": r["best"]}
         for r in c.execute("SELECT workload, MIN(naive_latency_ms) naive FROM sessions GROUP BY workload"):
-            per.setdefault(r["workload"], {"measured": 0, "errors": 0, "best_latency_ms": None})["naive_latency_ms"] = r["naive"]
+            per.setdefault(r["workload"], {"measured": 0, "errors": 0, "best_latency_ms": None})["naive_latency_ms"] = (
+                r["naive"]
+            )
         noisy = c.execute(f"SELECT COUNT(*) FROM records WHERE {self._col('noisy').split(' AS ')[0]}=1").fetchone()[0]
         noise_events = c.execute("SELECT COUNT(*) FROM events WHERE kind='measurement_noise'").fetchone()[0]
-        return {"measured": measured, "errors": errors, "sessions": len(self.sessions()), "workloads": per,
-                "noise_events": noise_events, "noisy": noisy}
+        return {
+            "measured": measured,
+            "errors": errors,
+            "sessions": len(self.sessions()),
+            "workloads": per,
+            "noise_events": noise_events,
+            "noisy": noisy,
+        }
 
     def close(self):
         self.conn.close()

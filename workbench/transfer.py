@@ -140,8 +140,9 @@ def _preset():
     return presets.get("quick")
 
 
-def transfer(source_db: str, targets: list[Workload], target="host", db: str | None = None,
-             on_candidate=None) -> list[TransferResult]:
+def transfer(
+    source_db: str, targets: list[Workload], target="host", db: str | None = None, on_candidate=None
+) -> list[TransferResult]:
     """Apply every same-class source schedule to each target; keep the fastest verified one."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -172,16 +173,26 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
             builds = builder.build([strip(sch.mod) for _, sch, _ in cands])
             sid = None
             if out_store is not None:
-                sid = out_store.create_session(workload=w.name, spec=w.spec(), target=target_dict, preset="transfer",
-                                               preset_params={"source_db": source_db}, seed=0, trials=len(cands),
-                                               strategies=sorted({s.strategy for s, _, _ in cands}) or ["no-rewrite"],
-                                               strategy_arg="transfer", versions=tvm_env.library_versions())
+                sid = out_store.create_session(
+                    workload=w.name,
+                    spec=w.spec(),
+                    target=target_dict,
+                    preset="transfer",
+                    preset_params={"source_db": source_db},
+                    seed=0,
+                    trials=len(cands),
+                    strategies=sorted({s.strategy for s, _, _ in cands}) or ["no-rewrite"],
+                    strategy_arg="transfer",
+                    versions=tvm_env.library_versions(),
+                )
                 out_store.update_session(sid, naive_latency_ms=naive_ms)
             best = None
             try:
                 for i, ((s, sch, rep), b) in enumerate(zip(cands, builds), 1):
-                    shapes = [tuple(int(x) for x in a.shape)
-                              for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
+                    shapes = [
+                        tuple(int(x) for x in a.shape)
+                        for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+                    ]
                     err, msg, lat, ok, run_secs = b.error_class, b.error_msg, None, False, []
                     if b.path:
                         r = runner.run(b.path, shapes)
@@ -194,20 +205,41 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
                             best = (lat, s, rep)
                         else:
                             err, msg = verr or "wrong-result", detail
-                    row = {"source": s.workload.name, "strategy": s.strategy, "repaired": rep,
-                           "latency_ms": lat, "error_class": err}
+                    row = {
+                        "source": s.workload.name,
+                        "strategy": s.strategy,
+                        "repaired": rep,
+                        "latency_ms": lat,
+                        "error_class": err,
+                    }
                     notes.append(row)
                     if out_store is not None:
-                        out_store.add_record({
-                            "session_id": sid, "workload": w.name, "trial": i, "round": 0, "strategy": s.strategy,
-                            "chosen_by": "transfer", "trace": space.trace_json(sch),
-                            "decisions": space.decisions_json(sch.trace),
-                            "mod_hash": program_hash(sch.mod),
-                            "predicted_score": None, "run_secs": run_secs,
-                            "latency_ms": None if lat is None or err else lat,
-                            "gflops": None if lat is None or err else w.flops / lat / 1e6, "error_class": err,
-                            "error_msg": msg, "verified": ok, "is_best": False, "seed": 0, "proposed_at": t0,
-                            "measured_at": time.time(), "elapsed_s": time.time() - t0}, None)
+                        out_store.add_record(
+                            {
+                                "session_id": sid,
+                                "workload": w.name,
+                                "trial": i,
+                                "round": 0,
+                                "strategy": s.strategy,
+                                "chosen_by": "transfer",
+                                "trace": space.trace_json(sch),
+                                "decisions": space.decisions_json(sch.trace),
+                                "mod_hash": program_hash(sch.mod),
+                                "predicted_score": None,
+                                "run_secs": run_secs,
+                                "latency_ms": None if lat is None or err else lat,
+                                "gflops": None if lat is None or err else w.flops / lat / 1e6,
+                                "error_class": err,
+                                "error_msg": msg,
+                                "verified": ok,
+                                "is_best": False,
+                                "seed": 0,
+                                "proposed_at": t0,
+                                "measured_at": time.time(),
+                                "elapsed_s": time.time() - t0,
+                            },
+                            None,
+                        )
                     if on_candidate:
                         on_candidate(w, row)
             finally:
@@ -216,12 +248,23 @@ def transfer(source_db: str, targets: list[Workload], target="host", db: str | N
             if out_store is not None:
                 out_store.update_session(sid, status="finished")
             lat = best[0] if best else None
-            results.append(TransferResult(
-                workload=w.name, candidates=len(same), valid=len(cands), best_latency_ms=lat,
-                naive_latency_ms=naive_ms, verified=best is not None, search_seconds=round(time.time() - t0, 2),
-                source=best[1].workload.name if best else None, source_strategy=best[1].strategy if best else None,
-                exact_match=bool(best and best[1].workload.params == w.params), repaired=bool(best and best[2]),
-                speedup=naive_ms / lat if lat else 1.0, per_candidate=notes))
+            results.append(
+                TransferResult(
+                    workload=w.name,
+                    candidates=len(same),
+                    valid=len(cands),
+                    best_latency_ms=lat,
+                    naive_latency_ms=naive_ms,
+                    verified=best is not None,
+                    search_seconds=round(time.time() - t0, 2),
+                    source=best[1].workload.name if best else None,
+                    source_strategy=best[1].strategy if best else None,
+                    exact_match=bool(best and best[1].workload.params == w.params),
+                    repaired=bool(best and best[2]),
+                    speedup=naive_ms / lat if lat else 1.0,
+                    per_candidate=notes,
+                )
+            )
     finally:
         builder.close()
         runner.close()

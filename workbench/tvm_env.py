@@ -74,9 +74,11 @@ def parse_target(target) -> dict:
         except json.JSONDecodeError as e:
             raise WorkbenchError(f"target is neither 'host' nor valid JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(target, dict):
-        raise WorkbenchError("target must be 'host' or a JSON object such as {\"kind\": \"llvm\", \"mcpu\": \"znver4\"}")
+        raise WorkbenchError('target must be \'host\' or a JSON object such as {"kind": "llvm", "mcpu": "znver4"}')
     if target.get("kind") != "llvm":
-        raise WorkbenchError(f"target kind {target.get('kind')!r} is not supported; only CPU targets (\"kind\": \"llvm\") are")
+        raise WorkbenchError(
+            f'target kind {target.get("kind")!r} is not supported; only CPU targets ("kind": "llvm") are'
+        )
     target = dict(target)
     target.setdefault("mcpu", host_mcpu())
     target.setdefault("num-cores", available_cores())

@@ -21,8 +21,15 @@ from __future__ import annotations
 import socket
 import struct
 
-REQUIRED = ("RPC_TRACKER_MAGIC", "TrackerCode.SUCCESS", "TrackerCode.REQUEST", "TrackerCode.SUMMARY", "sendjson",
-            "recvjson", "recvall")
+REQUIRED = (
+    "RPC_TRACKER_MAGIC",
+    "TrackerCode.SUCCESS",
+    "TrackerCode.REQUEST",
+    "TrackerCode.SUMMARY",
+    "sendjson",
+    "recvjson",
+    "recvall",
+)
 
 
 def missing() -> list[str]:

@@ -119,13 +119,17 @@ def np_conv2d_nchw(x, w, stride, pad, dil, groups):
     out = np.zeros((n, co, oh, ow))
     cog = co // groups
     for gi in range(groups):
-        xs = xp[:, gi * cig:(gi + 1) * cig]
-        ws = w[gi * cog:(gi + 1) * cog].astype(np.float64)
+        xs = xp[:, gi * cig : (gi + 1) * cig]
+        ws = w[gi * cog : (gi + 1) * cog].astype(np.float64)
         for i in range(kh):
             for j in range(kw):
-                patch = xs[:, :, i * dil: i * dil + stride * (oh - 1) + 1: stride,
-                           j * dil: j * dil + stride * (ow - 1) + 1: stride]
-                out[:, gi * cog:(gi + 1) * cog] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j], optimize=True)
+                patch = xs[
+                    :,
+                    :,
+                    i * dil : i * dil + stride * (oh - 1) + 1 : stride,
+                    j * dil : j * dil + stride * (ow - 1) + 1 : stride,
+                ]
+                out[:, gi * cog : (gi + 1) * cog] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j], optimize=True)
     return out
 
 
@@ -133,8 +137,9 @@ def _conv2d_ref(p, args):
     x, w = args[0], args[1]
     kh, kw = _pair(p["kernel"])
     if p["layout"] == "NHWC":
-        return np_conv2d_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), p["stride"], p["padding"],
-                              p["dilation"], p["groups"]).transpose(0, 2, 3, 1)
+        return np_conv2d_nchw(
+            x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), p["stride"], p["padding"], p["dilation"], p["groups"]
+        ).transpose(0, 2, 3, 1)
     return np_conv2d_nchw(x, w, p["stride"], p["padding"], p["dilation"], p["groups"])
 
 
@@ -167,8 +172,9 @@ def _dw_ref(p, args):
     x, w = args[0], args[1]
     c = p["channels"]
     if p["layout"] == "NHWC":  # HWC1 -> C1HW
-        return np_conv2d_nchw(x.transpose(0, 3, 1, 2), w.transpose(2, 3, 0, 1), p["stride"], p["padding"],
-                              p["dilation"], c).transpose(0, 2, 3, 1)
+        return np_conv2d_nchw(
+            x.transpose(0, 3, 1, 2), w.transpose(2, 3, 0, 1), p["stride"], p["padding"], p["dilation"], c
+        ).transpose(0, 2, 3, 1)
     return np_conv2d_nchw(x, w, p["stride"], p["padding"], p["dilation"], c)
 
 
@@ -232,9 +238,17 @@ def _t2d_check(p):
 
 S = Param
 _CONV2D_PARAMS = (
-    S("layout", "layout"), S("batch"), S("in_channels"), S("height"), S("width"), S("out_channels"),
-    S("kernel", "size_or_pair"), S("stride", "size_or_pair"), S("padding", "nonneg"),
-    S("dilation", default=1, required=False), S("groups", default=1, required=False),
+    S("layout", "layout"),
+    S("batch"),
+    S("in_channels"),
+    S("height"),
+    S("width"),
+    S("out_channels"),
+    S("kernel", "size_or_pair"),
+    S("stride", "size_or_pair"),
+    S("padding", "nonneg"),
+    S("dilation", default=1, required=False),
+    S("groups", default=1, required=False),
 )
 
 OPS: dict[str, OpDef] = {}
@@ -244,51 +258,217 @@ def _op(o: OpDef):
     OPS[o.name] = o
 
 
-_op(OpDef("matmul", (S("m"), S("n"), S("k")), "C[m,n] = A[m,k] @ B[k,n]; B is the constant weight",
-          "numpy", True, _noop_check, _matmul_build, lambda p, a: a[0].astype(np.float64) @ a[1]))
-_op(OpDef("batch_matmul", (S("batch"), S("m"), S("n"), S("k"), S("constant_b", "bool", False, False)),
-          "C[b,m,n] = A[b,m,k] @ B[b,k,n]; B is a constant weight only with constant_b=true",
-          "numpy", True, _noop_check, _bmm_build, lambda p, a: np.matmul(a[0].astype(np.float64), a[1])))
-_op(OpDef("conv2d", _CONV2D_PARAMS,
-          "2-D convolution; NCHW uses OIHW weights, NHWC uses HWIO; dilation and groups optional",
-          "numpy", True, _conv2d_check, _conv2d_build, _conv2d_ref))
-_op(OpDef("depthwise_conv2d",
-          (S("layout", "layout"), S("batch"), S("channels"), S("height"), S("width"), S("kernel"), S("stride"),
-           S("padding", "nonneg"), S("dilation", default=1, required=False)),
-          "depthwise 2-D conv; NCHW weights C1HW, NHWC weights HWC1",
-          "numpy", True, _dw_check, _dw_build, _dw_ref))
-_op(OpDef("conv1d", (S("batch"), S("length"), S("in_channels"), S("out_channels"), S("kernel"), S("stride"),
-                     S("padding", "nonneg")),
-          "1-D convolution, NLC input, (K, CI, CO) weight (Ansor C1D)",
-          "tvm-naive", True, _conv_nd_check("conv1d", ["length"]),
-          _tw("conv1d_nlc", "batch", "length", "in_channels", "out_channels", "kernel", "stride", "padding", weighted=True)))
-_op(OpDef("conv3d", (S("batch"), S("depth"), S("height"), S("width"), S("in_channels"), S("out_channels"),
-                     S("kernel"), S("stride"), S("padding", "nonneg")),
-          "3-D convolution, NDHWC input, DHWIO weight (Ansor C3D)",
-          "tvm-naive", True, _conv_nd_check("conv3d", ["depth", "height", "width"]),
-          _tw("conv3d_ndhwc", "batch", "depth", "height", "width", "in_channels", "out_channels",
-                       "kernel", "stride", "padding", weighted=True)))
-_op(OpDef("conv2d_transpose", (S("batch"), S("height"), S("width"), S("in_channels"), S("out_channels"),
-                               S("kernel"), S("stride"), S("padding", "nonneg")),
-          "transposed 2-D convolution, NHWC (Ansor T2D, DCGAN)",
-          "tvm-naive", True, _t2d_check,
-          _tw("conv2d_transpose_nhwc", "batch", "height", "width", "in_channels", "out_channels",
-                       "kernel", "stride", "padding", weighted=True)))
-_op(OpDef("conv2d_capsule", (S("batch"), S("height"), S("width"), S("in_channels"), S("out_channels"),
-                             S("kernel"), S("stride"), S("padding", "nonneg"), S("capsule_size", default=4, required=False)),
-          "capsule conv2d, input (N,H,W,cap,cap,CI) (Ansor CAP)",
-          "tvm-naive", False, _conv_nd_check("conv2d_capsule", ["height", "width"]),
-          _tw("conv2d_capsule_nhwijc", "batch", "height", "width", "in_channels", "out_channels",
-                       "kernel", "stride", "padding", "capsule_size", weighted=True)))
-_op(OpDef("norm", (S("batch"), S("m"), S("n")), "out[b] = sqrt(sum_{m,n} a[b,m,n]^2) (Ansor NRM)",
-          "numpy", False, _noop_check, _tw("norm_bmn", "batch", "m", "n"),
-          lambda p, a: np.sqrt((a[0].astype(np.float64) ** 2).sum(axis=(1, 2)))))
-_op(OpDef("softmax", (S("m"), S("n")), "row softmax of an (m, n) matrix",
-          "numpy", False, _noop_check, _tw("softmax_mn", "m", "n"),
-          lambda p, a: (lambda e: e / e.sum(1, keepdims=True))(np.exp(a[0] - a[0].max(1, keepdims=True)))))
-_op(OpDef("transpose_batch_matmul", (S("batch"), S("seq"), S("heads"), S("dim")),
-          "query/value (batch, seq, heads, dim) transposed, then batched matmul (Ansor TBG)",
-          "tvm-naive", False, _noop_check, _tw("transpose_batch_matmul", "batch", "seq", "heads", "dim")))
+_op(
+    OpDef(
+        "matmul",
+        (S("m"), S("n"), S("k")),
+        "C[m,n] = A[m,k] @ B[k,n]; B is the constant weight",
+        "numpy",
+        True,
+        _noop_check,
+        _matmul_build,
+        lambda p, a: a[0].astype(np.float64) @ a[1],
+    )
+)
+_op(
+    OpDef(
+        "batch_matmul",
+        (S("batch"), S("m"), S("n"), S("k"), S("constant_b", "bool", False, False)),
+        "C[b,m,n] = A[b,m,k] @ B[b,k,n]; B is a constant weight only with constant_b=true",
+        "numpy",
+        True,
+        _noop_check,
+        _bmm_build,
+        lambda p, a: np.matmul(a[0].astype(np.float64), a[1]),
+    )
+)
+_op(
+    OpDef(
+        "conv2d",
+        _CONV2D_PARAMS,
+        "2-D convolution; NCHW uses OIHW weights, NHWC uses HWIO; dilation and groups optional",
+        "numpy",
+        True,
+        _conv2d_check,
+        _conv2d_build,
+        _conv2d_ref,
+    )
+)
+_op(
+    OpDef(
+        "depthwise_conv2d",
+        (
+            S("layout", "layout"),
+            S("batch"),
+            S("channels"),
+            S("height"),
+            S("width"),
+            S("kernel"),
+            S("stride"),
+            S("padding", "nonneg"),
+            S("dilation", default=1, required=False),
+        ),
+        "depthwise 2-D conv; NCHW weights C1HW, NHWC weights HWC1",
+        "numpy",
+        True,
+        _dw_check,
+        _dw_build,
+        _dw_ref,
+    )
+)
+_op(
+    OpDef(
+        "conv1d",
+        (
+            S("batch"),
+            S("length"),
+            S("in_channels"),
+            S("out_channels"),
+            S("kernel"),
+            S("stride"),
+            S("padding", "nonneg"),
+        ),
+        "1-D convolution, NLC input, (K, CI, CO) weight (Ansor C1D)",
+        "tvm-naive",
+        True,
+        _conv_nd_check("conv1d", ["length"]),
+        _tw(
+            "conv1d_nlc", "batch", "length", "in_channels", "out_channels", "kernel", "stride", "padding", weighted=True
+        ),
+    )
+)
+_op(
+    OpDef(
+        "conv3d",
+        (
+            S("batch"),
+            S("depth"),
+            S("height"),
+            S("width"),
+            S("in_channels"),
+            S("out_channels"),
+            S("kernel"),
+            S("stride"),
+            S("padding", "nonneg"),
+        ),
+        "3-D convolution, NDHWC input, DHWIO weight (Ansor C3D)",
+        "tvm-naive",
+        True,
+        _conv_nd_check("conv3d", ["depth", "height", "width"]),
+        _tw(
+            "conv3d_ndhwc",
+            "batch",
+            "depth",
+            "height",
+            "width",
+            "in_channels",
+            "out_channels",
+            "kernel",
+            "stride",
+            "padding",
+            weighted=True,
+        ),
+    )
+)
+_op(
+    OpDef(
+        "conv2d_transpose",
+        (
+            S("batch"),
+            S("height"),
+            S("width"),
+            S("in_channels"),
+            S("out_channels"),
+            S("kernel"),
+            S("stride"),
+            S("padding", "nonneg"),
+        ),
+        "transposed 2-D convolution, NHWC (Ansor T2D, DCGAN)",
+        "tvm-naive",
+        True,
+        _t2d_check,
+        _tw(
+            "conv2d_transpose_nhwc",
+            "batch",
+            "height",
+            "width",
+            "in_channels",
+            "out_channels",
+            "kernel",
+            "stride",
+            "padding",
+            weighted=True,
+        ),
+    )
+)
+_op(
+    OpDef(
+        "conv2d_capsule",
+        (
+            S("batch"),
+            S("height"),
+            S("width"),
+            S("in_channels"),
+            S("out_channels"),
+            S("kernel"),
+            S("stride"),
+            S("padding", "nonneg"),
+            S("capsule_size", default=4, required=False),
+        ),
+        "capsule conv2d, input (N,H,W,cap,cap,CI) (Ansor CAP)",
+        "tvm-naive",
+        False,
+        _conv_nd_check("conv2d_capsule", ["height", "width"]),
+        _tw(
+            "conv2d_capsule_nhwijc",
+            "batch",
+            "height",
+            "width",
+            "in_channels",
+            "out_channels",
+            "kernel",
+            "stride",
+            "padding",
+            "capsule_size",
+            weighted=True,
+        ),
+    )
+)
+_op(
+    OpDef(
+        "norm",
+        (S("batch"), S("m"), S("n")),
+        "out[b] = sqrt(sum_{m,n} a[b,m,n]^2) (Ansor NRM)",
+        "numpy",
+        False,
+        _noop_check,
+        _tw("norm_bmn", "batch", "m", "n"),
+        lambda p, a: np.sqrt((a[0].astype(np.float64) ** 2).sum(axis=(1, 2))),
+    )
+)
+_op(
+    OpDef(
+        "softmax",
+        (S("m"), S("n")),
+        "row softmax of an (m, n) matrix",
+        "numpy",
+        False,
+        _noop_check,
+        _tw("softmax_mn", "m", "n"),
+        lambda p, a: (lambda e: e / e.sum(1, keepdims=True))(np.exp(a[0] - a[0].max(1, keepdims=True))),
+    )
+)
+_op(
+    OpDef(
+        "transpose_batch_matmul",
+        (S("batch"), S("seq"), S("heads"), S("dim")),
+        "query/value (batch, seq, heads, dim) transposed, then batched matmul (Ansor TBG)",
+        "tvm-naive",
+        False,
+        _noop_check,
+        _tw("transpose_batch_matmul", "batch", "seq", "heads", "dim"),
+    )
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,13 +482,17 @@ def _normalize_params(name: str, op: OpDef, params) -> dict:
     known = {p.name for p in op.params}
     unknown = sorted(set(params) - known)
     if unknown:
-        _fail(f"workload {name!r}: unknown parameter {unknown[0]!r} for op {op.name}; valid: {', '.join(p.name for p in op.params)}")
+        _fail(
+            f"workload {name!r}: unknown parameter {unknown[0]!r} for op {op.name}; valid: {', '.join(p.name for p in op.params)}"
+        )
     out = {}
     for p in op.params:
         if p.name not in params:
             if p.required:
-                _fail(f"workload {name!r}: op {op.name} needs parameter {p.name!r}; required: "
-                      f"{', '.join(q.name for q in op.params if q.required)}")
+                _fail(
+                    f"workload {name!r}: op {op.name} needs parameter {p.name!r}; required: "
+                    f"{', '.join(q.name for q in op.params if q.required)}"
+                )
             out[p.name] = p.default
             continue
         v = params[p.name]
@@ -478,7 +662,9 @@ class Workload:
 
     def describe(self) -> str:
         p = self.params
-        return ", ".join(f"{k}={v}" for k, v in p.items()) + (f"; epilogue {'+'.join(self.epilogue)}" if self.epilogue else "")
+        return ", ".join(f"{k}={v}" for k, v in p.items()) + (
+            f"; epilogue {'+'.join(self.epilogue)}" if self.epilogue else ""
+        )
 
 
 def _channel_op(y, vec, caxis, kind, name):
