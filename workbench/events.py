@@ -318,9 +318,17 @@ class Failed(Payload):
 
 
 # ---------------------------------------------------------------- a network session's own events
-# Each carries the network's name and its sessions' ids (``network``, ``session_ids``).
+@dataclass(frozen=True)
+class NetworkPayload(Payload):
+    """A network session's event: it carries the network's name and its sessions' ids (keyword-only, so each
+    kind declares its own fields first)."""
+
+    network: str = field(default=None, kw_only=True)
+    session_ids: list = field(default=None, kw_only=True)
+
+
 @payload
-class NetworkStarted(Payload):
+class NetworkStarted(NetworkPayload):
     KIND = EventKind.NETWORK_STARTED
     workloads: list
     weights: list
@@ -329,21 +337,17 @@ class NetworkStarted(Payload):
     seed: int
     target: dict
     db: str
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class NetworkBaseline(Payload):
+class NetworkBaseline(NetworkPayload):
     KIND = EventKind.NETWORK_BASELINE
     naive_latency_ms: float | None
     per_task: dict
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class TaskChosen(Payload):
+class TaskChosen(NetworkPayload):
     KIND = EventKind.TASK_CHOSEN
     round: int
     index: int
@@ -351,12 +355,10 @@ class TaskChosen(Payload):
     reason: str  # "warm-up" | "gradient" | "tie"
     gradients: list
     n: int
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class NetworkRound(Payload):
+class NetworkRound(NetworkPayload):
     KIND = EventKind.NETWORK_ROUND
     round: int
     index: int
@@ -366,64 +368,50 @@ class NetworkRound(Payload):
     naive_latency_ms: float | None
     per_task_ms: dict
     elapsed_s: float
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class TaskDead(Payload):
+class TaskDead(NetworkPayload):
     KIND = EventKind.TASK_DEAD
     index: int
     workload: str
     reason: str
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class NetworkPaused(Payload):
+class NetworkPaused(NetworkPayload):
     KIND = EventKind.NETWORK_PAUSED
     trials_done: int
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class NetworkResumed(Payload):
+class NetworkResumed(NetworkPayload):
     KIND = EventKind.NETWORK_RESUMED
     trials_done: int
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class NetworkFinished(Payload):
+class NetworkFinished(NetworkPayload):
     KIND = EventKind.NETWORK_FINISHED
     trials_done: int
     reason: str
     estimated_latency_ms: float | None
     summary: dict
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class NetworkStopped(Payload):
+class NetworkStopped(NetworkPayload):
     KIND = EventKind.NETWORK_STOPPED
     trials_done: int
     reason: str
     estimated_latency_ms: float | None
     summary: dict
-    network: str = None
-    session_ids: list = None
 
 
 @payload
-class NetworkFailed(Payload):
+class NetworkFailed(NetworkPayload):
     KIND = EventKind.NETWORK_FAILED
     message: str
-    network: str = None
-    session_ids: list = None
 
 
 def kind_of(kind) -> EventKind | str:
