@@ -340,6 +340,40 @@ def test_protocol_refuses_a_slow_host_and_remembers_the_machine_at_its_best(monk
     assert ok.phase("start")["host_ok"] is True
 
 
+def test_protocol_records_a_slow_host_when_its_comparisons_are_interleaved(monkeypatch, capsys, tmp_path):
+    # host_drift="record": a slow host is waited out for a bounded time, then the run goes on; the readings are on
+    # the page and validity rests on the local quiet checks alone
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
+    monkeypatch.setattr(_quiet.time, "sleep", lambda s: None)
+    ref = str(tmp_path / "probe_reference.json")
+    json.dump({"2": 0.50}, open(ref, "w"))
+    p = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0.0)
+    readings = iter([0.80, 0.80, 0.55, 0.70])  # phase "start", probe before, phase "tuning x", probe after
+    monkeypatch.setattr(
+        _quiet,
+        "probe_reading",
+        lambda threads: {"median_ms": next(readings), "spread": 0.02, "wait_fraction": 0.0, "threads": threads},
+    )
+    p.start()
+    r = p.phase("tuning x")
+    p.finish()
+    assert r["quiet"] is True and r["host_ok"] is True
+    s = p.summary()
+    assert s["valid"] is True and s["host_drift"] == "record" and s["checks"][0]["host_ok"] is False
+    assert s["slow_in_hindsight"]  # still reported
+    md = p.markdown()
+    assert "INVALID" not in md and "0.550-0.800 ms before the phases" in md and "1 of 2 phases" in md
+    assert capsys.readouterr().err == ""  # nothing refused
+    # local load still makes a recorded run invalid (forced) or refused
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(1.5))
+    busy = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0.0)
+    busy._probe_once = lambda: {"median_ms": 0.5}
+    with pytest.raises(SystemExit):
+        busy.phase("start")
+    with pytest.raises(ValueError):
+        _quiet.Protocol("test", 2, reference=None, host_drift="ignore")
+
+
 def test_quiesce_returns_once_quiet_and_gives_up_when_bounded(monkeypatch):
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
     r = _quiet.quiesce(seconds=1.0)
