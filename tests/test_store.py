@@ -116,3 +116,66 @@ def test_remove_store_takes_the_wal_with_it_so_a_new_store_of_that_name_starts_c
     sid2 = _session(fresh)
     fresh.add_event(sid2, "paused", 0.0, 0.0, {"trials_done": 0})
     assert len(fresh.events(sid2)) == 1
+
+
+class _FailingOnce:
+    """A connection whose next execute raises SQLite's "disk I/O error" (a WAL shared-memory mapping gone bad)."""
+
+    def __init__(self, conn, message="disk I/O error"):
+        self.conn, self.message, self.failed = conn, message, False
+
+    def execute(self, *a):
+        if not self.failed:
+            self.failed = True
+            raise sqlite3.OperationalError(self.message)
+        return self.conn.execute(*a)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def test_a_write_that_hits_a_disk_io_error_is_retried_once_on_a_fresh_connection(tmp_path):
+    s = RecordStore(str(tmp_path / "a.db"))
+    sid = _session(s)
+    s.conn = _FailingOnce(s.conn)
+    rid = s.add_record(_rec(sid, 1, 2.0), None)  # retried: nothing lost
+    assert isinstance(s.conn, sqlite3.Connection) and s.record(rid)["latency_ms"] == 2.0
+    assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # other errors, and a failure inside a transaction, are not retried
+    s.conn = _FailingOnce(s.conn, "no such table: nothing")
+    with pytest.raises(sqlite3.OperationalError):
+        s.add_record(_rec(sid, 2), None)
+    s.conn = s.conn.conn
+    s.conn.execute("BEGIN")
+    s.conn = _FailingOnce(s.conn)
+    with pytest.raises(WorkbenchError, match="cannot write records store .*disk I/O error"):
+        s.add_record(_rec(sid, 3), None)
+    s.conn.conn.execute("ROLLBACK")
+    assert len(RecordStore(str(tmp_path / "a.db"), readonly=True).records(session_id=sid)) == 1
+
+
+def test_opening_a_second_view_in_this_process_keeps_the_writers_locks(tmp_path):
+    # Closing any descriptor of the database file drops every POSIX lock this process holds on it. A second
+    # RecordStore on the same path (the dashboard's read view beside its session's writer) once peeked at the
+    # header with open(): the writer's locks went, and the next process to close its own connection took
+    # itself for the last user, checkpointed and deleted the WAL under the writer ("disk I/O error", and
+    # records gone).
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "a.db")
+    writer = RecordStore(path)
+    sid = _session(writer)
+    writer.add_record(_rec(sid, 1), None)
+    view = RecordStore(path, readonly=True)
+    assert len(view.records(session_id=sid)) == 1
+    other = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT COUNT(*) FROM records'); c.close()"
+    )
+    subprocess.run([sys.executable, "-c", other, path], check=True, timeout=60)
+    writer.add_record(_rec(sid, 2), None)
+    writer.add_record(_rec(sid, 3), None)
+    assert len(RecordStore(path, readonly=True).records(session_id=sid)) == 3
+    view.close()
+    writer.close()
+    assert len(RecordStore(path, readonly=True).records(session_id=sid)) == 3

@@ -205,16 +205,23 @@ class RecordStore:
         d = os.path.dirname(self.path)
         if not os.path.isdir(d):
             raise WorkbenchError(f"cannot create records store {path!r}: directory {d!r} does not exist")
-        if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
-            with open(self.path, "rb") as f:
-                head = f.read(16)
-            if head != b"SQLite format 3\x00":
-                raise WorkbenchError(f"{path!r} is not a workbench records store (not an SQLite file)")
+        # No peeking at the file's header with open(): closing any descriptor of the file releases every POSIX
+        # lock this process holds on it, including those of a live writer connection to the same store, and
+        # another process's SQLite would then see no one using the WAL and delete it. SQLite itself says
+        # "file is not a database" for a foreign file, before anything is written.
+        self._timeout = timeout
+        self.conn = None
         try:
-            uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
-            self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False, isolation_level=None)
-            self.conn.row_factory = sqlite3.Row
-            self._init(readonly)
+            try:
+                self.conn = self._connect(readonly)
+                self._init(readonly)
+            except sqlite3.OperationalError as e:
+                if "disk I/O error" not in str(e):
+                    raise
+                if self.conn is not None:
+                    self.conn.close()  # once more on a fresh connection (see _reconnect)
+                self.conn = self._connect(readonly)
+                self._init(readonly)
         except sqlite3.OperationalError as e:
             if _locked(e):
                 raise StoreLockedError(
@@ -222,7 +229,28 @@ class RecordStore:
                 ) from None
             raise WorkbenchError(f"cannot open records store {path!r}: {e}") from None
         except sqlite3.DatabaseError as e:
+            if self.conn is not None:
+                self.conn.close()
+            if "not a database" in str(e):
+                raise WorkbenchError(f"{path!r} is not a workbench records store (not an SQLite file)") from None
             raise WorkbenchError(f"{path!r} is not a usable records store: {e}") from None
+
+    def _connect(self, readonly: bool) -> sqlite3.Connection:
+        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        conn = sqlite3.connect(uri, uri=True, timeout=self._timeout, check_same_thread=False, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def _reconnect(self) -> None:
+        """A fresh connection for a writer whose WAL shared-memory mapping went bad (SQLite's "disk I/O
+        error" with the file intact: seen once on a VM mid-session, and the store opened cleanly again)."""
+        try:
+            self.conn.close()
+        except sqlite3.Error:
+            pass
+        self.conn = self._connect(False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
 
     def _init(self, readonly: bool):
         c = self.conn
@@ -274,7 +302,15 @@ class RecordStore:
     # ---- writing (each call is one durable transaction) ----
     def _write(self, sql: str, args) -> int:
         try:
-            cur = self.conn.execute(sql, args)
+            try:
+                cur = self.conn.execute(sql, args)
+            except sqlite3.OperationalError as e:
+                # one retry on a fresh connection, only outside a transaction (whose earlier statements the
+                # new connection would not have)
+                if "disk I/O error" not in str(e) or self.conn.in_transaction:
+                    raise
+                self._reconnect()
+                cur = self.conn.execute(sql, args)
             return cur.lastrowid
         except sqlite3.OperationalError as e:
             if _locked(e):
