@@ -17,7 +17,8 @@ The protocol:
    fastest probe reading seen on this machine (``benchmarks/out/probe_reference.json``). A script whose
    comparisons all come from one interleaved re-measurement (``al_ansor.py``) passes ``host_drift="record"``:
    a slow host is waited out for a minute, then recorded on the page instead of refused, because a drift
-   moves every interleaved program alike (``Protocol``'s docstring).
+   moves every interleaved program alike (``Protocol``'s docstring). An *unsteady* host (the probe's own
+   repeats spread more than ``MAX_PROBE_SPREAD``) is refused in both modes: no comparison survives it.
 2. **One library at a time.** Each library's kernels are timed alone in their own process, the processes one
    after the other; ``quiesce()`` between two of them waits until the previous one's thread pools have
    stopped spinning. Every process that times kernels gets ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS`` and
@@ -52,6 +53,10 @@ if ROOT not in sys.path:
 from workbench import noise  # noqa: E402  (imports no TVM)
 
 EXIT_NOT_QUIET = 3
+# The calibration probe's repeats ((max - min) / median) above which the host is too unsteady for any comparison,
+# interleaved or not: on the project's VM a slow spell read 0.66-1.25 ms with repeats spread 97-118 %, and the
+# interleaved re-measurement taken then spread 150-1450 % per program.
+MAX_PROBE_SPREAD = 0.25
 THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -320,8 +325,7 @@ class Protocol:
             name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s, started=not first
         )
         r.update(self._host_check(name, started=not first))
-        if self.host_drift == "refuse":
-            r["quiet"] = r["quiet"] and r["host_ok"]
+        r["quiet"] = r["quiet"] and (r["host_ok"] if self.host_drift == "refuse" else r["host_stable"])
         self.checks.append(r)
         return r
 
@@ -334,27 +338,38 @@ class Protocol:
             r = self._probe_once()
             ms = r.get("median_ms")
             if ms is None:
-                return {"host_ok": True, "probe_ms": None}
+                return {"host_ok": True, "host_stable": True, "probe_ms": None}
             best = self.best_probe_ms = min(self.best_probe_ms or ms, ms)
             drift = ms / best - 1
-            if drift <= limit or time.monotonic() - t0 >= self.host_wait_s:
+            spread = r.get("spread")
+            stable = spread is None or spread <= MAX_PROBE_SPREAD
+            if (drift <= limit and stable) or time.monotonic() - t0 >= self.host_wait_s:
                 break
             time.sleep(10)
         out = {
-            "host_ok": drift <= limit,
+            "host_ok": drift <= limit and stable,
+            "host_stable": stable,
             "probe_ms": ms,
+            "probe_spread": spread,
             "probe_best_ms": best,
             "probe_drift": round(drift, 4),
             "host_waited_s": round(time.monotonic() - t0, 1),
         }
         _save_reference(self.reference, self.threads, best)
-        if out["host_ok"] or self.host_drift == "record":
+        if out["host_ok"] or (self.host_drift == "record" and stable):
             return out
-        line = (
-            f"the host is slower than at its best before {phase}: the calibration probe takes {ms:.3f} ms, "
-            f"{drift:+.0%} from {best:.3f} ms, for {out['host_waited_s']:.0f} s, with no local process busy "
-            "(another VM on the same cores?)"
-        )
+        if not stable:
+            line = (
+                f"the host is unsteady before {phase}: the calibration probe's repeats spread "
+                f"{100 * spread:.0f}% (at most {100 * MAX_PROBE_SPREAD:.0f}%; median {ms:.3f} ms, best {best:.3f} ms) "
+                f"for {out['host_waited_s']:.0f} s, with no local process busy (another VM on the same cores?)"
+            )
+        else:
+            line = (
+                f"the host is slower than at its best before {phase}: the calibration probe takes {ms:.3f} ms, "
+                f"{drift:+.0%} from {best:.3f} ms, for {out['host_waited_s']:.0f} s, with no local process busy "
+                "(another VM on the same cores?)"
+            )
         if self.force:
             print(f"benchmark forced: {line}; the result is marked invalid", file=sys.stderr, flush=True)
             return out

@@ -210,8 +210,15 @@ def markdown(result: dict, derived: dict, analysis: str = "", plot_name: str | N
         how = (
             f"the final kernels were then timed one library at a time: each tuner's kernels rebuilt in a process "
             f"of their own, then numpy/OpenBLAS, then torch in its own environment, each process alone on the "
-            f"machine and gone before the next started; {result['repeats']} samples of ≥100 ms per kernel. "
-            "Latencies are medians over the samples"
+            f"machine and gone before the next started; {result['repeats']} samples of ≥100 ms per kernel"
+            + (
+                f" in each of {result['timing_passes']} passes (every library timed once per pass, in turn, the "
+                "order rotated each pass; the samples pooled over the passes, so a drift of the host's speed "
+                "reaches every library alike)"
+                if result.get("timing_passes", 1) > 1
+                else ""
+            )
+            + ". Latencies are medians over the samples"
         )
     else:
         how = (

@@ -81,6 +81,7 @@ VARIANTS = {
     "adaptive-ucb-gain": {"controller_policy": "ucb-gain"},
     "adaptive-projected": {"controller_policy": "projected-best"},
     "adaptive-halving": {"controller_policy": "halving"},
+    "adaptive-warm2": {"controller_warmup_rounds": 2},
     "adaptive-no-onehot": {"strategy_onehot": False},
     "adaptive-lam0": {"controller_lam": 0.0},
     "adaptive-uniform": {"controller_policy": "uniform"},
@@ -99,6 +100,7 @@ def method_of(sess) -> str | None:
         "controller_c": pp.get("controller_c"),
         "controller_lam": pp.get("controller_lam"),
         "strategy_onehot": pp.get("strategy_onehot", True),
+        "controller_warmup_rounds": pp.get("controller_warmup_rounds", 1),
     }
     from workbench.presets import Preset
 
@@ -125,9 +127,15 @@ def tune(layer, method, trials, seed, db, arms, per_round, target, resume_id=Non
             strategy=strategy,
             trials_per_round=per_round,
             target=target,
+            # one search thread: a seed gives the same session, and sessions stay comparable with those
+            # tuned before the search used every core
+            deterministic=True,
             **VARIANTS.get(method, {}),
         )
     s.run()
+    if s.status != "finished":
+        # a session that failed (e.g. its store could not be written) must not pass for a result
+        sys.exit(f"al_ansor.py: session {s.session_id} ({layer}, {method}, seed {seed}) ended {s.status}: {s.error}")
     return s.session_id, time.time() - t
 
 
@@ -587,7 +595,7 @@ def _write_md(out_dir):
         "",
         "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
         "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
-        "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
+        "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-warm2`: `optimistic-best` after a warm-up of two rounds per arm (arms in turn) instead of one; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
         "`adaptive-uniform`: ablations of the design, see workbench/controller.py). Latencies are deployment "
         "latencies: transform-stage includes its weight copy on every call. The paper's abstract reports "
         f"{' / '.join(str(v) for v in PAPER.values())} % over its three fixed strategies (which number belongs to which "

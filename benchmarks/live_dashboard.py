@@ -10,10 +10,14 @@ Runs the same session in two ways, alternated ``--pairs`` times, with nothing el
    pressed, the page kept open and drawing until the session finishes.
 
 Both use the workbench's defaults (``quick`` preset, ``auto`` strategy, ``noise="wait"``, the dashboard's
-measurement gate). Compared: the per-candidate coefficient of variation of the timing repeats (median, p90),
+measurement gate) with one search thread (``deterministic``), so that the two runs differ only in what their
+measurements saw, not in the luck of a multi-threaded search. Compared: the per-candidate coefficient of variation of the timing repeats (median, p90),
 the best latency each session found, how many records were marked noisy and how many noise events were raised,
-and each session's best re-timed standalone afterwards (``workbench best --time``). Target: live median CV
-within 2x of headless, live best within 3 % of headless.
+and each session's best re-timed standalone afterwards (``workbench best --time``). The bests are compared
+in one interleaved re-measurement (every session's best in one runner process, ``--repeats`` shuffled passes,
+as ``al_ansor.py`` does): the sessions ran minutes apart, and on a host whose speed drifts their in-session
+figures carry the drift (the protocol records the host's speed rather than refusing it,
+``host_drift="record"``). Target: live median CV within 2x of headless, live best within 3 % of headless.
 
 Writes ``docs/results/live_dashboard.md`` and ``.json``; stores and logs go to ``benchmarks/out/live_dashboard/``.
 """
@@ -59,6 +63,7 @@ def run_headless(args, db: str) -> float:
             str(args.seed),
             "--db",
             db,
+            "--deterministic",
             "--quiet",
             "--json",
         ],
@@ -73,7 +78,12 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
     """The quickstart in JupyterLab + Chromium, Start pressed, watched until finished; returns (db, seconds)."""
     from playwright.sync_api import sync_playwright
 
-    env = {"WORKBENCH_TRIALS": str(args.trials), "WORKBENCH_WORKLOAD": args.workload, "WORKBENCH_INTERACTIVE": "1"}
+    env = {
+        "WORKBENCH_TRIALS": str(args.trials),
+        "WORKBENCH_WORKLOAD": args.workload,
+        "WORKBENCH_INTERACTIVE": "1",
+        "WORKBENCH_DETERMINISTIC": "1",  # as the headless run's --deterministic: the same seed, the same search
+    }
     with serve_notebooks(work, env) as (url, token):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -124,7 +134,8 @@ def stats(db: str) -> dict:
     rec = s.records()
     ok = rec[rec["error_class"].isna()]
     cv = ok["cv"].dropna().to_numpy()
-    best = s.best(s.sessions()[-1]["workload"])
+    sess = s.sessions()[-1]
+    best = s.best(sess["workload"])
     summ = s.summary()
     return {
         "trials": int(len(rec)),
@@ -136,6 +147,8 @@ def stats(db: str) -> dict:
         "best_strategy": best["strategy"],
         "noisy": summ["noisy"],
         "noise_events": summ["noise_events"],
+        "target": sess["target"],
+        "best_record": {"trace": best["trace"], "strategy": best["strategy"]},
     }
 
 
@@ -158,6 +171,7 @@ def _aggregate(runs: list) -> dict:
     keys = ("cv_median", "cv_p90", "best_ms", "noisy", "noise_events", "wall_s")
     out = {k: float(np.median([r[k] for r in runs])) for k in keys}
     out["retimed_ms"] = float(np.median([r["retimed"]["timed_ms"] for r in runs]))
+    out["interleaved_ms"] = float(np.median([r["interleaved"]["median_ms"] for r in runs]))
     out["trials"] = sum(r["trials"] for r in runs)
     out["errors"] = sum(r["errors"] for r in runs)
     out["sessions"] = runs
@@ -171,13 +185,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pairs", type=int, default=2, help="headless/live session pairs, alternated (default 2)")
     ap.add_argument("--threads", type=int, default=_quiet.available_cores())
+    ap.add_argument("--repeats", type=int, default=21, help="passes of the interleaved re-measurement of the bests")
     ap.add_argument("--force", action="store_true", help="run on a busy machine; the result is marked invalid")
     args = ap.parse_args()
     if not os.path.exists(CHROMIUM):
         print(f"live_dashboard: {CHROMIUM} is missing (apt-get install -y chromium)", file=sys.stderr)
         return 2
     _quiet.set_thread_env(args.threads)
-    proto = _quiet.Protocol("live_dashboard", args.threads, args.force)
+    # the bests are compared in one interleaved re-measurement, the CVs within each candidate's own repeats:
+    # a slow host is recorded beside them, not refused
+    proto = _quiet.Protocol("live_dashboard", args.threads, args.force, host_drift="record")
     proto.start()
     shutil.rmtree(OUT, ignore_errors=True)
     os.makedirs(OUT)
@@ -198,6 +215,16 @@ def main() -> int:
     for mode in runs.values():
         for r in mode:
             r["retimed"] = retime(r["db"], args.workload, args.threads)
+    _quiet.quiesce()
+    proto.phase("interleaved re-measurement of the bests")
+    import al_ansor
+
+    entries = [(f"{mode}-{i}", args.workload, r["best_record"]) for mode, rs in runs.items() for i, r in enumerate(rs)]
+    timed = al_ansor.remeasure(entries, args.repeats, runs["headless"][0]["target"])
+    for mode, rs in runs.items():
+        for i, r in enumerate(rs):
+            r["interleaved"] = timed[f"{mode}-{i}"]
+            r.pop("best_record")
     proto.finish()
     res = {
         "workload": args.workload,
@@ -205,13 +232,15 @@ def main() -> int:
         "seed": args.seed,
         "threads": args.threads,
         "pairs": args.pairs,
+        "repeats": args.repeats,
         "headless": _aggregate(runs["headless"]),
         "live": _aggregate(runs["live"]),
     }
     h, lv = res["headless"], res["live"]
     res["cv_ratio"] = lv["cv_median"] / h["cv_median"] if h["cv_median"] else None
-    res["best_ratio"] = lv["best_ms"] / h["best_ms"]
+    res["session_best_ratio"] = lv["best_ms"] / h["best_ms"]
     res["retimed_best_ratio"] = lv["retimed_ms"] / h["retimed_ms"]
+    res["best_ratio"] = lv["interleaved_ms"] / h["interleaved_ms"]
     res["targets"] = {
         "cv_within_2x": bool(res["cv_ratio"] is not None and res["cv_ratio"] <= 2.0),
         "best_within_3pct": bool(abs(res["best_ratio"] - 1) <= 0.03),
@@ -222,7 +251,11 @@ def main() -> int:
         json.dump(res, f, indent=1)
     with open(os.path.join(RESULTS, "live_dashboard.md"), "w") as f:
         f.write(markdown(res, proto))
-    print(json.dumps({k: res[k] for k in ("cv_ratio", "best_ratio", "retimed_best_ratio", "targets")}))
+    print(
+        json.dumps(
+            {k: res[k] for k in ("cv_ratio", "best_ratio", "session_best_ratio", "retimed_best_ratio", "targets")}
+        )
+    )
     return 0
 
 
@@ -250,6 +283,11 @@ def markdown(res: dict, proto) -> str:
             f"{lv['best_ms']:.4f} ({per(lv, 'best_ms', '.4f')})",
         ),
         ("that best re-timed standalone afterwards (ms)", f"{h['retimed_ms']:.4f}", f"{lv['retimed_ms']:.4f}"),
+        (
+            f"the bests re-measured together, interleaved ({res['repeats']} shuffled passes; ms)",
+            f"{h['interleaved_ms']:.4f} ({', '.join(format(r['interleaved']['median_ms'], '.4f') for r in h['sessions'])})",
+            f"{lv['interleaved_ms']:.4f} ({', '.join(format(r['interleaved']['median_ms'], '.4f') for r in lv['sessions'])})",
+        ),
         ("records marked noisy", per(h, "noisy", "d"), per(lv, "noisy", "d")),
         ("measurement_noise events", per(h, "noise_events", "d"), per(lv, "noise_events", "d")),
         ("session wall time (s)", per(h, "wall_s", ".1f"), per(lv, "wall_s", ".1f")),
@@ -261,7 +299,7 @@ def markdown(res: dict, proto) -> str:
         proto.markdown(),
         "",
         f"Workload `{res['workload']}`, {res['trials']} trials, seed {res['seed']}, {res['threads']} threads, "
-        "the workbench's defaults (`quick`, strategy `auto`, `noise=\"wait\"`, the dashboard's measurement "
+        "the workbench's defaults (`quick`, strategy `auto`, `noise=\"wait\"`, one search thread (`deterministic`), the dashboard's measurement "
         "gate). Headless = `workbench tune`; live = the quickstart notebook in JupyterLab, in headless Chromium "
         "(Playwright), Start pressed and the page kept open and drawing until the session finished. "
         f"{res['pairs']} pairs of sessions, alternated headless / live; each figure is the median over a "
@@ -276,9 +314,9 @@ def markdown(res: dict, proto) -> str:
         "",
         f"- live / headless median CV: **{res['cv_ratio']:.2f}x** (target <= 2x: "
         f"{'met' if t['cv_within_2x'] else 'NOT met'})",
-        f"- live / headless best latency: **{res['best_ratio']:.3f}** (target within 3 %: "
-        f"{'met' if t['best_within_3pct'] else 'NOT met'}); the bests re-timed standalone: "
-        f"{res['retimed_best_ratio']:.3f}",
+        f"- live / headless best latency, re-measured together: **{res['best_ratio']:.3f}** (target within 3 %: "
+        f"{'met' if t['best_within_3pct'] else 'NOT met'}); as each session measured it: "
+        f"{res['session_best_ratio']:.3f}; re-timed standalone one after the other: {res['retimed_best_ratio']:.3f}",
         "",
         "Before the measurement gate and the noise checks (the issue that asked for this page, same "
         "machine kind, 48 trials of resnet18.conv2): live median CV 0.32 (p90 0.74) against 0.006 (0.05) "

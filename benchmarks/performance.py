@@ -15,7 +15,8 @@ What it runs (all with the same llvm target, ``mcpu`` and ``num-cores`` included
 3. the final kernels, rebuilt, verified and timed one library at a time: each tuner's kernels in a process of
    their own (``_remeasure.py``), then numpy/OpenBLAS matmul in another, then torch's oneDNN conv2d in its own
    environment (``.venv-torch``, ``_vendor_torch.py``); each process exits before the next starts, with
-   ``_quiet.quiesce()`` between them; every figure is the median of ``repeats`` samples (>= 100 ms each) with
+   ``_quiet.quiesce()`` between them (``--passes N``: the whole sequence N times, in rotated order, samples
+   pooled: for a host whose speed drifts); every figure is the median of ``repeats`` samples (>= 100 ms each) with
    its spread, and the calibration probe is read before and after this phase;
 4. a profile of one workbench session, before and after the tuning-time change this benchmark documents
    (``_profile.py``).
@@ -167,8 +168,12 @@ def conv_spec(w) -> dict | None:
     return None
 
 
-def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol):
-    """Every tuner's final kernels and the vendor libraries, each library timed alone in its own process."""
+def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol, passes=1):
+    """Every tuner's final kernels and the vendor libraries, each library timed alone in its own process.
+
+    ``passes`` > 1 times every library that many times, in turn (the order rotated each pass, a fresh process
+    each time), and pools each kernel's samples over the passes: a host whose speed drifts over minutes then
+    slows every library alike instead of whichever happened to be timed during the slow spell."""
     from workbench.workloads import registry
 
     reg = registry()
@@ -207,24 +212,29 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol)
             ".venv-torch; torch could not be installed there)"
         }
     result["verification"], samples, readings = {}, {}, {}
+    result["timing_passes"] = passes
     protocol.probe("before timing")
-    for lib, argv, setup in libraries:
-        _quiet.quiesce()  # the previous library's process has exited; its pools must have stopped spinning
-        protocol.phase(f"timing {lib}")
-        log(f"re-measuring {lib}: {repeats} samples per kernel, alone in its own process")
-        w = _protocol.Worker(argv, env=_quiet.thread_env(threads), cwd=ROOT)
-        try:
-            info = w.call("setup", **setup)
-            timed = w.call("time", repeats=repeats, min_repeat_ms=100)
-        finally:
-            w.close()
-        if lib == "torch":
-            result["torch"] = info
-        else:
-            result["verification"].update(info)
-        for k, v in timed.items():
-            samples[k] = v["samples"]
-            readings[k] = {"wait_fraction": v["wait_fraction"], "other_cores": v["other_cores"]}
+    for p in range(passes):
+        for lib, argv, setup in libraries[p % len(libraries) :] + libraries[: p % len(libraries)]:
+            _quiet.quiesce()  # the previous library's process has exited; its pools must have stopped spinning
+            what = f"timing {lib}" + (f" (pass {p + 1}/{passes})" if passes > 1 else "")
+            protocol.phase(what)
+            log(f"{what}: {repeats} samples per kernel, alone in its own process")
+            w = _protocol.Worker(argv, env=_quiet.thread_env(threads), cwd=ROOT)
+            try:
+                info = w.call("setup", **setup)
+                timed = w.call("time", repeats=repeats, min_repeat_ms=100)
+            finally:
+                w.close()
+            if lib == "torch":
+                result["torch"] = info
+            else:
+                result["verification"].update(info)
+            for k, v in timed.items():
+                samples.setdefault(k, []).extend(v["samples"])
+                r = readings.setdefault(k, {"wait_fraction": 0.0, "other_cores": 0.0})
+                r["wait_fraction"] = max(r["wait_fraction"], v["wait_fraction"])
+                r["other_cores"] = max(r["other_cores"], v["other_cores"])
     protocol.probe("after timing")
     result["samples"] = samples
     result["timing_readings"] = readings
@@ -292,6 +302,19 @@ def main():
     ap.add_argument("--workloads", help="comma-separated subset (default: all six)")
     ap.add_argument("--ms-stock", help="comma-separated workloads for ms-stock (default: the mode's)")
     ap.add_argument("--repeats", type=int)
+    ap.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="time every library this many times, in turn, and pool the samples (for a host whose speed drifts)",
+    )
+    ap.add_argument(
+        "--host-drift",
+        choices=["refuse", "record"],
+        default="refuse",
+        help="a host slower than at its best: refuse/stop the run (default), or record it on the page and go on "
+        "(then use --passes 3 or more: the kernels' comparison rests on the interleaved passes)",
+    )
     ap.add_argument("--per-round", type=int, default=16)
     ap.add_argument("--ms-build-timeout", type=float, default=300.0)
     ap.add_argument("--profile-trials", type=int, help="0 skips the profile")
@@ -336,11 +359,13 @@ def main():
     names = args.workloads.split(",") if args.workloads else WORKLOADS
     stock = args.ms_stock.split(",") if args.ms_stock is not None else mode["ms_stock"]
     repeats = args.repeats or mode["repeats"]
+    if args.passes < 1:
+        sys.exit("performance.py: --passes must be at least 1")
     profile_trials = mode["profile_trials"] if args.profile_trials is None else args.profile_trials
     threads = args.threads
     target = tvm_env.host_target_dict(threads)
     _quiet.set_thread_env(threads)
-    protocol = _quiet.Protocol("performance", threads, args.force)
+    protocol = _quiet.Protocol("performance", threads, args.force, host_drift=args.host_drift)
     protocol.start()
     os.makedirs(args.out, exist_ok=True)
     reg = registry()
@@ -414,7 +439,7 @@ def main():
                     f"failed {runs[tuner]['failed']}"
                 )
     log("re-measuring final kernels, one library at a time")
-    remeasure(result, args.out, target, threads, repeats, args.torch_python, protocol)
+    remeasure(result, args.out, target, threads, repeats, args.torch_python, protocol, passes=args.passes)
     verify_peak(result, args.out, threads, protocol)
     if profile_trials:
         result["profile"] = run_profile(args.out, target, profile_trials, protocol)

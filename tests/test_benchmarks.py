@@ -374,6 +374,25 @@ def test_protocol_records_a_slow_host_when_its_comparisons_are_interleaved(monke
         _quiet.Protocol("test", 2, reference=None, host_drift="ignore")
 
 
+def test_an_unsteady_host_is_refused_even_when_drift_is_only_recorded(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
+    ref = str(tmp_path / "probe_reference.json")
+    json.dump({"2": 0.50}, open(ref, "w"))
+    p = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0.0)
+    p._probe_once = lambda: {"median_ms": 0.9, "spread": 1.18}
+    with pytest.raises(SystemExit) as e:
+        p.phase("start")
+    assert e.value.code == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("benchmark refused: the host is unsteady before start") and "spread 118%" in err
+    forced = _quiet.Protocol("test", 2, force=True, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0)
+    forced._probe_once = lambda: {"median_ms": 0.9, "spread": 1.18}
+    assert forced.phase("start")["quiet"] is False and forced.summary()["valid"] is False
+    steady = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0.0)
+    steady._probe_once = lambda: {"median_ms": 0.9, "spread": 0.05}  # slow but steady: recorded
+    assert steady.phase("start")["quiet"] is True
+
+
 def test_quiesce_returns_once_quiet_and_gives_up_when_bounded(monkeypatch):
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
     r = _quiet.quiesce(seconds=1.0)
@@ -471,6 +490,21 @@ def test_performance_times_each_library_alone_one_process_after_another(monkeypa
     assert set(result["remeasure"]["4"]["resnet18.conv5"]) == {"workbench"}
     assert result["vendor"]["GMM.2"]["library"] == "numpy/OpenBLAS" and "skipped" in result["torch"]
 
+    # several passes: every library once per pass, the order rotated, each kernel's samples pooled
+    events.clear()
+    result = {"runs": runs, "names": ["GMM.2", "resnet18.conv5"], "remeasure": {}, "vendor": {}}
+    performance.remeasure(
+        result, str(tmp_path), {"num-cores": 2}, 2, 3, str(tmp_path / "no-torch"), _FakeProtocol(events), passes=3
+    )
+    phases = [e[1] for e in events if e[0] == "phase"]
+    assert phases == [
+        f"timing {lib} (pass {p + 1}/3)"
+        for p, order in enumerate([libs, libs[1:] + libs[:1], libs[2:] + libs[:2]])
+        for lib in order
+    ]
+    assert len(result["samples"]["4|GMM.2|workbench"]) == 9 and result["timing_passes"] == 3
+    assert result["remeasure"]["4"]["GMM.2"]["workbench"]["median"] == 2e-3
+
 
 def test_performance_does_not_publish_a_peak_below_an_achieved_figure(monkeypatch, tmp_path):
     import performance
@@ -510,3 +544,143 @@ def test_remeasure_worker_times_numpy_alone_with_medians_and_readings():
         w.close()
     r = out["numpy:GMM.2"]
     assert len(r["samples"]) == 3 and min(r["samples"]) > 0 and {"wait_fraction", "other_cores"} <= set(r)
+
+
+# ---------------------------------------------------------------- offline cost-model evaluation (cost_model.py)
+
+
+def _bench_cost_model():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_cost_model", os.path.join(BENCH, "cost_model.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cost_model_metrics_on_known_rankings():
+    import numpy as np
+
+    cm = _bench_cost_model()
+    lat = np.array([1.0, 2.0, 3.0, 4.0])
+    perfect, reversed_ = np.array([4.0, 3.0, 2.0, 1.0]), np.array([1.0, 2.0, 3.0, 4.0])
+    assert cm.pairwise_accuracy(perfect, lat) == 1.0 and cm.pairwise_accuracy(reversed_, lat) == 0.0
+    assert cm.pairwise_accuracy(np.array([4.0, 1.0, 2.0, 3.0]), lat) == 0.5  # 3 of 6 pairs right
+    assert cm.recall_at_k(perfect, lat, 2) == 1.0 and cm.recall_at_k(reversed_, lat, 2) == 0.0
+    assert cm.top_k_score(reversed_, lat, 1) == 0.25 and cm.top_k_score(reversed_, lat, 4) == 1.0
+    assert cm.top_k_score(np.array([1.0, 9.0, 0.0, 0.0]), lat, 1) == 0.5  # picks the 2 ms program
+    rnd = cm.random_metrics(lat, np.random.default_rng(0), draws=400)
+    assert abs(rnd["pairwise"] - 0.5) < 0.05 and abs(rnd["recall@1"] - 0.25) < 0.06
+
+
+def test_cost_model_evaluation_from_stores_to_page(tmp_path):
+    import numpy as np
+
+    from workbench import RecordStore, cost_model
+
+    cm = _bench_cost_model()
+    rng = np.random.default_rng(0)
+    db = str(tmp_path / "corpus.db")
+    store = RecordStore(db)
+    trial = 0
+    for w, scale in (("wa", 1.0), ("wb", 50.0), ("wc", 0.02)):
+        sid = store.create_session(
+            workload=w,
+            spec={},
+            target={},
+            preset="quick",
+            preset_params={},
+            seed=0,
+            trials=60,
+            strategies=["no-rewrite"],
+            strategy_arg="no-rewrite",
+            versions={},
+        )
+        for i in range(60):
+            f = rng.uniform(0, 1, size=(int(rng.integers(1, 4)), cost_model.N_FEATURES)).astype(np.float32)
+            lat = scale / float((0.1 + 3 * f[:, 0] + f[:, 1] ** 2).sum())
+            rec = dict(
+                session_id=sid,
+                workload=w,
+                trial=i,
+                round=0,
+                strategy="no-rewrite",
+                chosen_by="controller",
+                trace="",
+                decisions="",
+                mod_hash=f"{w}-{i}",
+                latency_ms=lat,
+                seed=0,
+                proposed_at=0.0,
+                measured_at=0.0,
+                elapsed_s=0.0,
+            )
+            store.add_record(rec, f)
+            if i < 5:  # re-measured: counts once, at its median
+                store.add_record(dict(rec, latency_ms=lat * 3), f)
+                store.add_record(dict(rec, latency_ms=lat), f)
+            trial += 1
+        store.add_record(dict(rec, mod_hash="failed", latency_ms=None, error_class="RunError"), None)
+    store.close()
+    corpus = cm.load_corpus([db])
+    assert sorted(corpus) == ["wa", "wb", "wc"] and all(len(v) == 60 for v in corpus.values())
+    res = cm.evaluate(corpus, ["pack-sum", "pairwise-rank"], seed=0, nthread=1)
+    for name in ("pack-sum", "pairwise-rank"):
+        for setting in ("lowo", "split"):
+            assert cm._mean(res["models"][name][setting], "pairwise") > 0.75, (name, setting)
+    assert abs(cm._mean({w: v["random_lowo"] for w, v in res["workloads"].items()}, "pairwise") - 0.5) < 0.05
+    res.update(dbs=[db], command="python benchmarks/cost_model.py --db x", git={}, date="today", wall_s=3.0, seed=0)
+    cm.write_report(res, str(tmp_path))
+    md = open(tmp_path / "cost_model.md").read()
+    assert "| pairwise-rank | lowo |" in md and "| random | split |" in md and "| wb | 60 |" in md
+    assert json.load(open(tmp_path / "cost_model.json"))["models"]["pack-sum"]["lowo"]["wa"]["n"] == 60
+
+
+def test_corpus_sets_are_registered_families_outside_the_evaluation_layers():
+    import corpus
+
+    from workbench.workloads import registry
+
+    reduced, full = corpus.workload_names("reduced"), corpus.workload_names("full")
+    assert reduced == [
+        "C1D.0",
+        "C2D.0",
+        "C3D.0",
+        "GMM.0",
+        "GRP.0",
+        "DIL.0",
+        "DEP.0",
+        "T2D.0",
+        "CAP.0",
+        "NRM.0",
+        "SFM.0",
+        "matmul-128",
+        "CBR.0",
+        "TBG.0",
+    ]
+    assert set(reduced) < set(full) and len(full) == 55
+    reg = registry()
+    assert [reg.get(n).name for n in full] == full
+    assert not any(n.startswith(("resnet", "mobilenet", "vgg", "alexnet", "inception")) for n in full)
+
+
+def test_policy_simulation_replays_the_fixed_sessions_rounds():
+    import al_ansor_sim as sim
+
+    # pre-transformed is best from its second round on; transform-stage never is
+    rounds = {
+        "no-rewrite": [1.0] * 16,
+        "transform-stage": [3.0] * 16,
+        "pre-transformed": [2.0] + [0.5] * 15,
+    }
+    best, used = sim.simulate(rounds, "optimistic-best", 1, 128, 8)
+    assert best == 1.0 and used == {"no-rewrite": 14, "transform-stage": 1, "pre-transformed": 1}
+    best, used = sim.simulate(rounds, "optimistic-best", 2, 128, 8)  # the second round shows pre-transformed
+    assert best == 0.5 and used["pre-transformed"] > 10 and sum(used.values()) == 16
+    best, used = sim.simulate(rounds, "uniform", 1, 64, 8, seed=3)
+    assert sum(used.values()) == 8
+    # an arm whose recorded rounds run out is marked exhausted, not replayed
+    best, used = sim.simulate({"no-rewrite": [1.0] * 2, "pre-transformed": [2.0] * 20}, "optimistic-best", 1, 64, 8)
+    assert used == {"no-rewrite": 2, "pre-transformed": 6} and best == 1.0
+    md = sim.table({("l", 0): rounds}, 128, 8)
+    assert "| optimistic-best, warm-up 2 | 1.000 | 1/1 |" in md and "| optimistic-best | 2.000 | 0/1 |" in md
