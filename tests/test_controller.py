@@ -28,6 +28,21 @@ def test_warm_up_gives_every_strategy_one_round_in_order():
     assert chosen == [(s, "controller", True) for s in S]
 
 
+def test_warm_up_of_several_rounds_takes_the_arms_in_turn_then_the_policy_chooses():
+    c = StrategyController(S, "auto", warmup_rounds=2)
+    chosen, best = [], None
+    for lat in (3.0, 2.0, 4.0, 3.5, 1.5, 4.5, 9.0):
+        d, _ = _round(c, lat, best)
+        chosen.append((d.strategy, d.reason.startswith("warm-up")))
+        best = lat if best is None else min(best, lat)
+    assert chosen[:6] == [(s, True) for s in S + S]
+    assert chosen[6] == (S[1], False)  # the arm with the best after the warm-up (1.5 ms)
+    assert "2 rounds, in turn" in StrategyController(S, "auto", warmup_rounds=2).choose().reason
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(WorkbenchError, match="warmup_rounds must be a positive integer"):
+            StrategyController(S, "auto", warmup_rounds=bad)
+
+
 def test_ucb_gain_exploits_the_improving_strategy_and_scores_every_arm():
     c = StrategyController(S, "auto", "ucb-gain", prune_after=100)
     best = None

@@ -94,11 +94,25 @@ def test_improves_on_naive_and_reports_verified_best(tmp_path):
     assert t["repeats"] == 4 and t["threads"] == 1 and t["timed_ms"] > 0 and t["spread"] is not None
 
 
+def test_a_session_searches_with_the_pairwise_ranking_model(tmp_path):
+    from workbench.cost_model import PairwiseRankXGB
+
+    # warm-up of 8 samples: trained after the first round, so the next two search with the trained ranker
+    s = _session(
+        SMALL["matmul"], tmp_path, strategy="no-rewrite", trials=24, cost_model="pairwise-rank", warmup_samples=8
+    )
+    summ = s.run()
+    assert summ["status"] == "finished" and summ["verified"]
+    assert isinstance(s.model, PairwiseRankXGB) and s.model.trained and s.model.n_trainings >= 2
+    sess = RecordStore(str(tmp_path / "r.db"), readonly=True).sessions()[0]
+    assert sess["preset_params"]["cost_model"] == "pairwise-rank"
+
+
 def test_same_seed_same_first_proposals(tmp_path):
     props = []
     for i in range(2):
         (tmp_path / str(i)).mkdir()
-        s = _session(SMALL["matmul"], tmp_path / str(i), strategy="no-rewrite", trials=8, seed=7)
+        s = _session(SMALL["matmul"], tmp_path / str(i), strategy="no-rewrite", trials=8, seed=7, deterministic=True)
         got = []
         s.subscribe(
             lambda e, got=got: (
@@ -139,6 +153,7 @@ def test_first_round_proposals_are_pinned(tmp_path):
         db=str(tmp_path / "p.db"),
         noise="off",
         confirm_rounds=0,
+        deterministic=True,
     )
     s.subscribe(lambda e: e.kind == "candidates_proposed" and got.append([c["mod_hash"] for c in e.data["candidates"]]))
     s.run()

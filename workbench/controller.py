@@ -3,8 +3,8 @@
 Modes
   fixed        one strategy
   round-robin  strategies in turn (``--strategy all``: for comparisons)
-  auto         AL-Ansor's adaptive choice: a warm-up round per strategy, then the arm
-               with the highest score under the session's arm policy
+  auto         AL-Ansor's adaptive choice: a warm-up round per strategy (``warmup_rounds``,
+               arms in turn), then the arm with the highest score under the session's arm policy
   manual       the person picks (``pick(name)``); ``auto()`` hands back
 
 Arm policies (``Preset.controller_policy``; see ``POLICIES``)
@@ -294,12 +294,21 @@ def make_policy(name: str | None = None, seed: int = 0, **params) -> ArmPolicy:
 
 class StrategyController:
     def __init__(
-        self, strategies: list[str], mode: str = "auto", policy: ArmPolicy | str | None = None, **policy_params
+        self,
+        strategies: list[str],
+        mode: str = "auto",
+        policy: ArmPolicy | str | None = None,
+        warmup_rounds: int = 1,
+        **policy_params,
     ):
         """``policy``: an ArmPolicy, or a name from POLICIES / None for the default, built by ``make_policy``
-        with ``policy_params``."""
+        with ``policy_params``. ``warmup_rounds``: rounds every arm gets, arms in turn, before the policy
+        chooses (auto mode)."""
         if not strategies:
             raise WorkbenchError("the controller needs at least one strategy")
+        if isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) or warmup_rounds < 1:
+            raise WorkbenchError(f"warmup_rounds must be a positive integer, got {warmup_rounds!r}")
+        self.warmup_rounds = warmup_rounds
         if mode not in ("auto", "round-robin", "fixed", "manual"):
             raise WorkbenchError(f"unknown controller mode {mode!r}")
         if policy is None or isinstance(policy, str):
@@ -353,9 +362,11 @@ class StrategyController:
 
     def _decide_auto(self, live) -> Decision:
         scores = self._scores(live)
-        cold = [s for s in live if self.arms[s].rounds == 0]
+        cold = [s for s in live if self.arms[s].rounds < self.warmup_rounds]
         if cold:
-            return Decision(cold[0], "controller", "auto", scores, "warm-up: every strategy gets a first round")
+            s = min(cold, key=lambda x: self.arms[x].rounds)  # arms in turn: the least tried first, then in order
+            why = "a first round" if self.warmup_rounds == 1 else f"{self.warmup_rounds} rounds, in turn"
+            return Decision(s, "controller", "auto", scores, f"warm-up: every strategy gets {why}")
         best = max(live, key=lambda s: (scores[s], -self.strategies.index(s)))
         return Decision(best, "controller", "auto", scores, f"highest {self.policy.name} score {scores[best]:.3f}")
 

@@ -39,9 +39,12 @@ class Preset:
     min_repeat_ms: int
     build_timeout: float = 60.0
     run_timeout: float = 30.0
-    # TVM's EvolutionarySearch hands work to threads dynamically, so with more than one
-    # thread the same seed no longer gives the same proposals. 1 keeps sessions reproducible.
-    search_threads: int = 1
+    # Threads of TVM's EvolutionarySearch (0: every available core). It hands work to threads
+    # dynamically, so with more than one the same seed no longer gives the same proposals:
+    # ``deterministic`` forces one search thread, for reproducible sessions (tests, classroom demos,
+    # method comparisons). The loop never searches while a kernel is timed, so the cores are free.
+    search_threads: int = 0
+    deterministic: bool = False
     # Multi-strategy sessions: every measured program is also offered to the other strategies'
     # searches (replayed under their own postprocessors), so an arm starts from the best found by any.
     cross_seed: bool = True
@@ -55,13 +58,26 @@ class Preset:
     controller_policy: str = "optimistic-best"
     controller_c: float | None = None
     controller_lam: float | None = None
+    # Rounds every arm gets before the policy chooses (the warm-up, arms in turn): one 8-trial round's best
+    # decides little when the strategies are within a few per cent of each other.
+    controller_warmup_rounds: int = 1
     # The strategy one-hot in the shared cost model's features (off only for the AL-Ansor ablation).
     strategy_onehot: bool = True
+    # The cost model (cost_model.COST_MODELS): "pack-sum" regression (Ansor's) or "pairwise-rank".
+    cost_model: str = "pack-sum"
+    # Start the cost model from the prior shipped for it (workbench.prior): it ranks the first rounds.
+    prior: bool = False
     # Features computed once per program and none while the model is untrained (cost_model.Featurizer).
     feature_reuse: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def effective_search_threads(self, available: int) -> int:
+        """The evolutionary search's thread count on a machine with ``available`` cores."""
+        if self.deterministic:
+            return 1
+        return max(1, min(self.search_threads or available, available))
 
 
 PRESETS = {
@@ -106,6 +122,9 @@ PRESETS = {
 # machine only slows the run (the test suite sets it; its noise tests ask for "wait" explicitly). A resumed
 # session keeps the mode it was started with.
 NOISE_ENV = "WORKBENCH_NOISE"
+# "1": named presets default to ``deterministic`` (one search thread), e.g. for a benchmark that compares the
+# same seeded session run two ways (benchmarks/live_dashboard.py: headless and in the browser).
+DETERMINISTIC_ENV = "WORKBENCH_DETERMINISTIC"
 
 
 def get(name, **overrides) -> Preset:
@@ -115,6 +134,8 @@ def get(name, **overrides) -> Preset:
         p = PRESETS[name]
         if os.environ.get(NOISE_ENV) and "noise" not in overrides:
             overrides["noise"] = os.environ[NOISE_ENV]
+        if os.environ.get(DETERMINISTIC_ENV) == "1" and "deterministic" not in overrides:
+            overrides["deterministic"] = True
     else:
         raise WorkbenchError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
     p = replace(p, **overrides) if overrides else p
@@ -127,6 +148,21 @@ def get(name, **overrides) -> Preset:
 
     if p.controller_policy not in POLICIES:
         raise WorkbenchError(f"unknown controller policy {p.controller_policy!r}; valid: {', '.join(POLICIES)}")
+    t = p.search_threads
+    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        raise WorkbenchError(f"search_threads must be a non-negative integer (0: every core), got {t!r}")
+    from .cost_model import COST_MODELS
+
+    if p.cost_model not in COST_MODELS:
+        raise WorkbenchError(f"unknown cost model {p.cost_model!r}; valid: {', '.join(COST_MODELS)}")
+    if p.prior:
+        from . import prior
+
+        if p.cost_model not in prior.available():
+            prior.load(p.cost_model)  # raises the one-line error naming what ships
+    w = p.controller_warmup_rounds
+    if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+        raise WorkbenchError(f"controller_warmup_rounds must be a positive integer, got {w!r}")
     if isinstance(p.confirm_rounds, bool) or not isinstance(p.confirm_rounds, int) or p.confirm_rounds < 0:
         raise WorkbenchError(f"confirm_rounds must be a non-negative integer, got {p.confirm_rounds!r}")
     return p

@@ -30,6 +30,7 @@ import numpy as np
 from . import cost_model as cm
 from . import events as ev
 from . import interfaces, layouts, loop, measure, noise, presets, space, tvm_env
+from . import prior as prior_mod
 from .controller import StrategyController, make_policy
 from .errors import WorkbenchError
 from .lifecycle import SessionLifecycle
@@ -100,6 +101,7 @@ class TuningSession(SessionLifecycle):
             make_policy(
                 self.preset.controller_policy, seed=seed, c=self.preset.controller_c, lam=self.preset.controller_lam
             ),
+            warmup_rounds=self.preset.controller_warmup_rounds,
         )
         # RPC: runner="rpc://HOST:PORT/KEY" (or any interfaces.Runner); checked before
         # a session row exists, so an unreachable tracker leaves nothing behind.
@@ -295,13 +297,7 @@ class TuningSession(SessionLifecycle):
         self.model = (
             self._shared_model
             if self._shared_model is not None
-            else cm.PackSumXGB(
-                seed=self.seed,
-                max_rounds=p.xgb_max_rounds,
-                early_stop=p.xgb_early_stop,
-                warmup=p.warmup_samples,
-                nthread=tvm_env.available_cores(),
-            )
+            else cm.make_cost_model(p.cost_model, self.seed, p, tvm_env.available_cores(), with_prior=p.prior)
         )
         self.featurizer = cm.Featurizer(
             space.tune_context(
@@ -338,6 +334,8 @@ class TuningSession(SessionLifecycle):
                 trials_done=len(prior),
                 reference=w.reference_kind,
                 weight_indices=w.weight_indices,
+                cost_model=self.model.name,
+                prior=prior_mod.describe(self.model.prior_meta) if self.model.has_prior else None,
             )
         )
         for s in self.strategies:

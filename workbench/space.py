@@ -61,7 +61,7 @@ def tune_context(workload, target, strategy: str, preset: Preset, seed: int, sea
         search_strategy=strat,
         task_name=f"{workload.name}|{strategy}",
         rand_state=seed,
-        num_threads=threads or max(1, min(preset.search_threads, tvm_env.available_cores())),
+        num_threads=threads or preset.effective_search_threads(tvm_env.available_cores()),
     )
 
 
