@@ -226,6 +226,11 @@ def test_pick_and_target_mistakes(tmp_path):
         cli("tune", "--spec", str(f), "--workload", "mm", "--db", db, "--target", "[1, 2]"),
         "must be 'host' or a JSON object",
     )
+    one_line_error(
+        cli("tune", "--spec", str(f), "--workload", "mm", "--db", db, "--cost-model", "lgbm"),
+        "invalid choice: 'lgbm'",
+    )
+    assert not os.path.exists(db) or not RecordStore(db, readonly=True).sessions()
 
 
 # ---------------------------------------------------------------- stores: corrupted, or holding code

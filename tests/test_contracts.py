@@ -240,7 +240,8 @@ def test_make_runner_passes_a_runner_through_and_rejects_a_bad_url(pools):
 # ---------------------------------------------------------------- CostModel
 
 COST_MODELS = {
-    "pack-sum-xgb": lambda: cost_model.PackSumXGB(seed=0, max_rounds=100, early_stop=10, warmup=8, nthread=1)
+    name: (lambda cls=cls: cls(seed=0, max_rounds=100, early_stop=10, warmup=8, nthread=1))
+    for name, cls in cost_model.COST_MODELS.items()
 }
 
 
@@ -264,6 +265,7 @@ def _rank_correlation(a, b):
 
 def test_cost_model_conforms_and_is_random_before_training(model):
     assert isinstance(model, interfaces.CostModel)
+    assert cost_model.COST_MODELS[model.name] is type(model) and isinstance(model.calibrated, bool)
     rng = np.random.default_rng(0)
     progs, _ = _programs(rng, 5)
     assert model.n_samples == 0 and not model.trained and model.last_train_rounds == 0

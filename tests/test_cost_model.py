@@ -3,7 +3,11 @@
 import numpy as np
 import pandas as pd
 
-from workbench.cost_model import PackSumXGB
+import pytest
+
+from workbench import presets
+from workbench.cost_model import COST_MODELS, PackSumXGB, PairwiseRankXGB, make_cost_model
+from workbench.errors import WorkbenchError
 
 
 def _program(rng, n_rows):
@@ -76,3 +80,127 @@ def test_untrained_scores_only_before_training():
     m.add(np.ones((1, 3), np.float32), 1e-3, "a")
     assert m.train()
     assert m.untrained_scores(4) is None
+
+
+def _pair_loss(m, seg, n, y, preds):
+    _, metric = m._objective(seg, n, y, m._group)
+    return metric(preds, None)[1]
+
+
+def test_pairwise_objective_is_the_gradient_of_its_pair_loss():
+    rng = np.random.default_rng(3)
+    m = PairwiseRankXGB(seed=0, warmup=1)
+    rows = [1, 3, 2, 1, 2]
+    for r, lat in zip(rows, [2.0, 1.0, None, 4.0, 1.5]):
+        m.add(np.ones((r, 2), np.float32), lat, "w")
+    m.add(np.ones((1, 2), np.float32), 9.0, "other")  # alone in its group: in no pair
+    rows.append(1)
+    n, seg = len(rows), np.repeat(np.arange(len(rows)), rows)
+    y = m.labels()
+    obj, _ = m._objective(seg, n, y, m._group)
+    preds = rng.normal(size=len(seg))
+    grad, hess = obj(preds, None)
+    eps = 1e-6
+    # the loss is a mean over pairs and the gradient a sum: compare per pair
+    n_pairs = sum(1 for i in range(5) for j in range(5) if y[i] > y[j])
+    for k in range(len(seg)):
+        up, down = preds.copy(), preds.copy()
+        up[k] += eps
+        down[k] -= eps
+        numeric = (_pair_loss(m, seg, n, y, up) - _pair_loss(m, seg, n, y, down)) / (2 * eps) * n_pairs
+        assert grad[k] == pytest.approx(numeric, abs=1e-5)
+    assert np.all(hess > 0)
+    assert grad[seg == 5].tolist() == [0.0]  # a program in no pair gets no gradient
+
+
+def test_pairwise_model_learns_the_order_and_samples_pairs_when_there_are_many():
+    rng = np.random.default_rng(0)
+    m = PairwiseRankXGB(seed=0, max_rounds=300, early_stop=30, warmup=32, nthread=1)
+    m.max_pairs = 5000  # 300 programs have ~45,000 ordered pairs: a sample is trained on
+    progs = [_program(rng, rng.integers(1, 4)) for _ in range(400)]
+    for p in progs[:300]:
+        m.add(p, _cost(p) * 1e-3, "w")
+    bi, wi = m._pairs(m.labels(), m._group)
+    assert len(bi) == 5000 and np.all(m.labels()[bi] > m.labels()[wi])
+    assert m.train()
+    test = progs[300:]
+    pred = m.predict(test)
+    true_throughput = np.array([1 / _cost(p) for p in test])
+    assert pd.Series(pred).corr(pd.Series(true_throughput), method="spearman") > 0.8
+    assert not m.calibrated and PackSumXGB.calibrated
+
+
+def test_cost_model_is_chosen_by_name_from_the_preset():
+    p = presets.get("quick", cost_model="pairwise-rank")
+    m = make_cost_model(p.cost_model, 0, p, 1)
+    assert isinstance(m, PairwiseRankXGB) and m.warmup == p.warmup_samples and m.max_rounds == p.xgb_max_rounds
+    assert type(make_cost_model(None, 0, p, 1)) is PackSumXGB and set(COST_MODELS) == {"pack-sum", "pairwise-rank"}
+    with pytest.raises(WorkbenchError, match="unknown cost model 'lgbm'; valid: pack-sum, pairwise-rank"):
+        presets.get("quick", cost_model="lgbm")
+
+
+# ---------------------------------------------------------------- the shipped prior (workbench.prior)
+
+
+def _full_program(rng):
+    """A program with as many feature columns as the workbench computes (a prior is checked for that)."""
+    from workbench.cost_model import N_FEATURES
+
+    return rng.uniform(0, 1, size=(int(rng.integers(1, 4)), N_FEATURES)).astype(np.float32)
+
+
+def _trained_on(cls, progs, group, **kw):
+    m = cls(seed=0, max_rounds=200, early_stop=20, warmup=1, nthread=1, **kw)
+    for p in progs:
+        m.add(p, _cost(p) * 1e-3, group)
+    assert m.train()
+    return m
+
+
+@pytest.mark.parametrize("cls", [PackSumXGB, PairwiseRankXGB])
+def test_a_prior_ranks_a_new_workload_before_training_and_is_refined_after(cls, tmp_path, monkeypatch):
+    from workbench import prior
+
+    monkeypatch.setattr(prior, "DATA", str(tmp_path))
+    rng = np.random.default_rng(5)
+    corpus = [_full_program(rng) for _ in range(300)]
+    path = prior.save(_trained_on(cls, corpus, "old"), {"programs": 300, "workloads": ["old"], "corpus": "test"})
+    assert path == prior.model_path(cls.name) and prior.available() == [cls.name]
+    booster, meta = prior.load(cls.name)
+    assert meta["model"] == cls.name and "300 programs of 1 workloads" in prior.describe(meta)
+
+    m = cls(seed=0, warmup=16, nthread=1)
+    m.set_prior(booster, meta)
+    assert m.has_prior and not m.trained and m.untrained_scores(4) is None and m.feature_importance()
+    new = [_full_program(rng) for _ in range(80)]
+    truth = np.array([1 / _cost(p) for p in new])
+    before = m.predict(new)
+    assert pd.Series(before).corr(pd.Series(truth), method="spearman") > 0.8  # ranked with no sample of its own
+    for p in new[:40]:
+        m.add(p, _cost(p) * 1e-3, "new")
+    assert m.train() and m.trained
+    after = m.predict(new[40:])
+    assert pd.Series(after).corr(pd.Series(truth[40:]), method="spearman") > 0.8
+    own_only = _trained_on(cls, new[:40], "new").predict(new[40:])
+    assert not np.allclose(after, own_only)  # the own trees sit on top of the prior's output
+
+
+def test_no_prior_is_a_one_line_error(tmp_path, monkeypatch):
+    from workbench import prior
+
+    monkeypatch.setattr(prior, "DATA", str(tmp_path))
+    with pytest.raises(WorkbenchError, match="no prior ships for the cost model 'pack-sum'.*corpus.py --prior"):
+        prior.load("pack-sum")
+    with pytest.raises(WorkbenchError, match="no prior ships"):
+        presets.get("quick", prior=True)
+    assert make_cost_model("pack-sum", 0, presets.get("quick"), 1).has_prior is False
+
+
+def test_a_prior_trained_on_other_features_is_refused(tmp_path, monkeypatch):
+    from workbench import prior
+
+    monkeypatch.setattr(prior, "DATA", str(tmp_path))
+    rng = np.random.default_rng(6)
+    prior.save(_trained_on(PackSumXGB, [_program(rng, 2) for _ in range(50)], "old"), {})
+    with pytest.raises(WorkbenchError, match="trained on 8 features, this version computes .*retrain it"):
+        prior.load("pack-sum")

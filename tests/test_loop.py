@@ -218,6 +218,7 @@ def test_confirm_remeasures_the_incumbents_and_reranks(store):
 
 class _Model:
     trained = True
+    calibrated = True
 
     def __init__(self):
         self.added = []

@@ -162,6 +162,13 @@ class ControlsView:
             )
         if model.naive_latency_ms and best:
             parts.append(f"{model.naive_latency_ms / best['latency_ms']:.1f}× vs naive")
+        if model.prior:
+            parts.append(
+                f"<span class='wb-prior' title='{html.escape(model.prior)}'>cost model "
+                f"{html.escape(str(model.cost_model))} + shipped prior</span>"
+            )
+        elif model.cost_model and model.cost_model != "pack-sum":
+            parts.append(f"cost model {html.escape(model.cost_model)}")
         if model.runners:
             parts.append(ControlsView._runners_html(model.runners))
         noise = ControlsView._noise_html(model)

@@ -38,6 +38,8 @@ class SessionModel:
         self.flops = None
         self.trials = None
         self.preset = None
+        self.cost_model = None  # the session's cost model (cost_model.COST_MODELS name)
+        self.prior = None  # what its shipped prior was trained on, when it starts from one
         self.strategies: list[str] = []
         self.mode = None
         self.db = None
@@ -112,6 +114,8 @@ class SessionModel:
         self.flops = d.get("flops")
         self.trials = d.get("trials")
         self.preset = d.get("preset")
+        self.cost_model = d.get("cost_model")
+        self.prior = d.get("prior")
         self.mode = d.get("mode")
         self.db = d.get("db")
         for s in d.get("strategies") or []:

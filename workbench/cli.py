@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import sys
 
+from .cost_model import COST_MODELS
 from .errors import WorkbenchError
 from .events import EventKind as K
 from .noise import describe as noise_line
@@ -96,6 +97,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="a disturbed timing (another process took a core, the calibration probe drifted): wait for "
         "a quiet machine and re-time it (wait, the default), only mark the record noisy (mark), or "
         "check nothing (off); see docs/measurement.md",
+    )
+    t.add_argument(
+        "--cost-model",
+        choices=sorted(COST_MODELS),
+        default=None,
+        help="the learned cost model of a new session: pack-sum (Ansor's regression, the default) or "
+        "pairwise-rank (a pairwise ranking objective); a resumed session keeps its own",
+    )
+    t.add_argument(
+        "--prior",
+        action="store_true",
+        help="start the cost model from the prior that ships with the package (trained on the project's own "
+        "corpus; see README, 'Cost model'): it ranks the first rounds before anything is measured",
+    )
+    t.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="one search thread, so the seed fixes the proposals (default: the search uses every core, faster "
+        "but not reproducible); a resumed session keeps its own",
     )
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -251,6 +271,12 @@ def cmd_tune(args) -> int:
         overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
         if args.noise:
             overrides["noise"] = args.noise
+        if args.cost_model:
+            overrides["cost_model"] = args.cost_model
+        if args.deterministic:
+            overrides["deterministic"] = True
+        if args.prior:
+            overrides["prior"] = True
         session = TuningSession(
             workload,
             target=args.target,
@@ -327,6 +353,12 @@ def _tune_network(args, name, workloads) -> int:
     overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
     if args.noise:
         overrides["noise"] = args.noise
+    if args.cost_model:
+        overrides["cost_model"] = args.cost_model
+    if args.deterministic:
+        overrides["deterministic"] = True
+    if args.prior:
+        overrides["prior"] = True
     session = NetworkSession(
         workloads,
         target=args.target,

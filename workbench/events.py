@@ -127,6 +127,8 @@ class SessionStarted(Payload):
     trials_done: int
     reference: str = None  # "numpy" | "tvm-naive"
     weight_indices: list = None
+    cost_model: str = None  # cost_model.COST_MODELS name
+    prior: str = None  # what the shipped prior was trained on, when the session starts from one
 
 
 @payload

@@ -185,10 +185,15 @@ class CostModel(Protocol):
     and leaves the model as it was (too few samples, or none that succeeded).
 
     ``predict(feats_list)`` returns one score per program (a float array of that length),
-    higher for a program predicted to be faster. Before the first successful ``train()`` the
-    scores are uniform random numbers in [0, 1); ``untrained_scores(n)`` returns n such
-    numbers without features (the search skips feature extraction then), and ``None``
-    once the model is trained.
+    higher for a program predicted to be faster. Before the first successful ``train()``, and
+    unless a prior was set (``set_prior``: a model trained on other workloads, which then
+    ranks until the own data suffices), the scores are uniform random numbers in [0, 1);
+    ``untrained_scores(n)`` returns n such numbers without features (the search skips
+    feature extraction then), and ``None`` once the model is trained or has a prior.
+
+    ``name``: its key in ``cost_model.COST_MODELS``. ``calibrated``: True when a score estimates the
+    program's throughput relative to its workload's best (so mean scores compare across layout
+    strategies, as the controller's guidance does); False when only the order of scores means something.
 
     ``n_samples``: programs added. ``trained``: whether ``train()`` has succeeded.
     ``last_train_rounds``: iterations of the last fit (0 before one). ``feature_importance()``:
@@ -199,6 +204,9 @@ class CostModel(Protocol):
     Thread-safety: ``predict`` and the read-only members may be called from any thread while
     another adds and trains.
     """
+
+    name: str
+    calibrated: bool
 
     @property
     def n_samples(self) -> int: ...

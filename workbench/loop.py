@@ -452,6 +452,7 @@ class Learn:
             round_best_ms,
             best_before_ms,
             n,
-            predicted_mean=float(np.mean(top)) if top else None,
+            # only a calibrated model's scores estimate relative throughput, comparable as a mean across arms
+            predicted_mean=float(np.mean(top)) if top and self.model.calibrated else None,
             model_trained=self.model.trained,
         )

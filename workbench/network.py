@@ -75,13 +75,7 @@ class NetworkSession(SessionLifecycle):
         self.db_path = self.store.path
         # The shared cost model exists from the start (a notebook can inspect it); pools start with the session.
         p = self.preset
-        self.model = cm.PackSumXGB(
-            seed=seed,
-            max_rounds=p.xgb_max_rounds,
-            early_stop=p.xgb_early_stop,
-            warmup=p.warmup_samples,
-            nthread=tvm_env.available_cores(),
-        )
+        self.model = cm.make_cost_model(p.cost_model, seed, p, tvm_env.available_cores(), with_prior=p.prior)
         self.tasks = [
             TuningSession(
                 w,

@@ -1,0 +1,250 @@
+"""Offline evaluation of the cost models on measured programs: how well each model ranks programs of a
+workload it has never seen (leave-one-workload-out) and of workloads it has (a random split).
+
+    python benchmarks/cost_model.py --db benchmarks/out/al_ansor-design.db [--db OTHER.db ...]
+
+The corpus is every successful record of the given stores (the features each session stored with its
+records, the strategy one-hot included; latencies in ms under each strategy's deployment). A program
+measured more than once in a workload (the same ``mod_hash``) counts once, at its median latency. For each
+model in ``workbench.cost_model.COST_MODELS`` and each held-out workload W:
+
+- ``lowo``: trained on every other workload's programs, asked to rank W's;
+- ``split``: trained on a seeded random 80 % of every workload's programs, W's included, asked to rank the
+  other 20 % of W's (the setting of Ansor's 0.851 pairwise accuracy).
+
+Metrics, per held-out set (then the mean over workloads):
+
+- pairwise accuracy: over all pairs of programs with different latencies, the fraction the model orders
+  like the measurements;
+- recall@k: how many of the k truly fastest programs are among the model's top k, over k;
+- top-k score (TenSet): the best latency measured over the best latency among the model's top k picks
+  (1.0: the model's top k hold the fastest program).
+
+A random ranking is reported beside them (its expectation: pairwise 0.5, top-k by sampling). Nothing is
+timed, so the machine's load does not change the figures (the stores' latencies were measured when they
+were tuned, each under its own page's protocol); the run is deterministic for a seed.
+
+Writes ``docs/results/cost_model.md`` and ``cost_model.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(ROOT, "docs", "results")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+KS = (1, 5, 10)
+
+
+def load_corpus(dbs: list[str]) -> dict:
+    """workload -> list of (features, latency_ms): successful, de-duplicated programs of every store."""
+    from workbench import RecordStore
+
+    by_hash: dict = {}
+    for db in dbs:
+        store = RecordStore(db, readonly=True)
+        try:
+            workloads = sorted({s["workload"] for s in store.sessions()})
+            for w in workloads:
+                for strategy, feats, lat, mod_hash in store.training_rows(w):
+                    if lat is None or feats is None or not len(feats):
+                        continue
+                    key = (w, strategy, mod_hash)
+                    by_hash.setdefault(key, [feats, []])[1].append(lat)
+        finally:
+            store.close()
+    corpus: dict = {}
+    for (w, _strategy, _h), (feats, lats) in by_hash.items():
+        corpus.setdefault(w, []).append((feats, statistics.median(lats)))
+    return corpus
+
+
+def pairwise_accuracy(pred: np.ndarray, lat: np.ndarray) -> float:
+    """Fraction of pairs with different latencies that ``pred`` (higher = faster) orders correctly."""
+    i, j = np.nonzero(lat[:, None] < lat[None, :])  # i faster than j
+    if not len(i):
+        return float("nan")
+    return float(np.mean(pred[i] > pred[j]))
+
+
+def recall_at_k(pred: np.ndarray, lat: np.ndarray, k: int) -> float:
+    k = min(k, len(lat))
+    return len(set(np.argsort(-pred, kind="stable")[:k]) & set(np.argsort(lat, kind="stable")[:k])) / k
+
+
+def top_k_score(pred: np.ndarray, lat: np.ndarray, k: int) -> float:
+    k = min(k, len(lat))
+    return float(lat.min() / lat[np.argsort(-pred, kind="stable")[:k]].min())
+
+
+def metrics(pred: np.ndarray, lat: np.ndarray) -> dict:
+    out = {"n": len(lat), "pairwise": pairwise_accuracy(pred, lat)}
+    for k in KS:
+        out[f"recall@{k}"] = recall_at_k(pred, lat, k)
+        out[f"top{k}"] = top_k_score(pred, lat, k)
+    return out
+
+
+def random_metrics(lat: np.ndarray, rng, draws: int = 200) -> dict:
+    """The expected metrics of a random ranking (mean over ``draws`` shuffles)."""
+    got = [metrics(rng.permutation(len(lat)).astype(float), lat) for _ in range(draws)]
+    return {k: float(np.mean([g[k] for g in got])) for k in got[0]}
+
+
+def fit(model_name: str, train: list, seed: int, nthread: int):
+    from workbench import cost_model, presets
+
+    p = presets.get("quick")
+    m = cost_model.make_cost_model(model_name, seed, p, nthread)
+    m.warmup = 1
+    for w, feats, lat in train:
+        m.add(feats, lat, w)
+    t0 = time.time()
+    if not m.train():
+        raise RuntimeError(f"{model_name}: nothing to train on")
+    return m, time.time() - t0
+
+
+def evaluate(corpus: dict, models: list[str], seed: int, nthread: int, split_fraction: float = 0.8) -> dict:
+    rng = np.random.default_rng(seed)
+    workloads = sorted(w for w, progs in corpus.items() if len(progs) >= 20)
+    # one seeded split per workload, shared by every model
+    split = {}
+    for w in workloads:
+        perm = rng.permutation(len(corpus[w]))
+        cut = int(round(split_fraction * len(perm)))
+        split[w] = (perm[:cut], perm[cut:])
+    out = {"workloads": {w: {"programs": len(corpus[w])} for w in workloads}, "models": {}}
+    for w in workloads:
+        lat = np.array([lat for _, lat in corpus[w]])
+        out["workloads"][w]["random_lowo"] = random_metrics(lat, rng)
+        out["workloads"][w]["random_split"] = random_metrics(lat[split[w][1]], rng)
+    for name in models:
+        res = out["models"][name] = {"lowo": {}, "split": {}, "train_s": []}
+        for w in workloads:
+            train = [(v, f, lat) for v in workloads if v != w for f, lat in corpus[v]]
+            m, secs = fit(name, train, seed, nthread)
+            res["train_s"].append(secs)
+            feats = [f for f, _ in corpus[w]]
+            lat = np.array([lat for _, lat in corpus[w]])
+            res["lowo"][w] = metrics(m.predict(feats), lat)
+        train = [(v, corpus[v][i][0], corpus[v][i][1]) for v in workloads for i in split[v][0]]
+        m, secs = fit(name, train, seed, nthread)
+        res["train_s"].append(secs)
+        for w in workloads:
+            test = split[w][1]
+            res["split"][w] = metrics(
+                m.predict([corpus[w][i][0] for i in test]), np.array([corpus[w][i][1] for i in test])
+            )
+    return out
+
+
+def _mean(per_w: dict, key: str) -> float:
+    xs = [m[key] for m in per_w.values() if not np.isnan(m[key])]
+    return float(np.mean(xs)) if xs else float("nan")
+
+
+def write_report(res: dict, results: str) -> None:
+    os.makedirs(results, exist_ok=True)
+    with open(os.path.join(results, "cost_model.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    cols = ["pairwise"] + [f"recall@{k}" for k in KS] + [f"top{k}" for k in KS]
+    L = [
+        "# Cost models, offline: ranking programs of seen and unseen workloads",
+        "",
+        f"Produced by `{res['command']}` at commit `{(res['git'].get('commit') or 'unknown')[:12]}`"
+        + (" + uncommitted changes" if res["git"].get("dirty") else "")
+        + f" on {res['date']} in {res['wall_s'] / 60:.1f} min. Nothing is timed: the figures do not depend on "
+        "the machine's load. Corpus: every successful record of "
+        + ", ".join(f"`{d}`" for d in res["dbs"])
+        + f" ({sum(w['programs'] for w in res['workloads'].values())} distinct programs of "
+        f"{len(res['workloads'])} workloads with at least 20; a program measured several times counts once, at "
+        "its median latency). Definitions: `benchmarks/cost_model.py`'s docstring.",
+        "",
+        "**lowo**: trained on the other workloads, ranking a workload it has never seen (what a prior does on a "
+        "new workload's first rounds). **split**: trained on a random 80 % of every workload, ranking the other "
+        "20 % (Ansor's setting: 0.851 pairwise accuracy). Means over workloads.",
+        "",
+        "| model | setting | " + " | ".join(cols) + " |",
+        "|---|---|" + "---|" * len(cols),
+    ]
+    for setting in ("lowo", "split"):
+        rnd = {w: v[f"random_{setting}"] for w, v in res["workloads"].items()}
+        L.append(f"| random | {setting} | " + " | ".join(f"{_mean(rnd, c):.3f}" for c in cols) + " |")
+        for name, r in res["models"].items():
+            L.append(f"| {name} | {setting} | " + " | ".join(f"{_mean(r[setting], c):.3f}" for c in cols) + " |")
+    L += [
+        "",
+        "### Per workload (lowo: pairwise accuracy / top-1 score)",
+        "",
+        "| workload | programs | " + " | ".join(res["models"]) + " | random |",
+        "|---|---|" + "---|" * (len(res["models"]) + 1),
+    ]
+    for w, v in res["workloads"].items():
+        cells = [f"{r['lowo'][w]['pairwise']:.3f} / {r['lowo'][w]['top1']:.2f}" for r in res["models"].values()]
+        rnd = v["random_lowo"]
+        L.append(f"| {w} | {v['programs']} | " + " | ".join(cells) + f" | {rnd['pairwise']:.3f} / {rnd['top1']:.2f} |")
+    L += [
+        "",
+        "Training time per fit (s): "
+        + ", ".join(
+            f"{n} {np.median(r['train_s']):.1f} (median of {len(r['train_s'])})" for n, r in res["models"].items()
+        )
+        + ".",
+        "",
+    ]
+    with open(os.path.join(results, "cost_model.md"), "w") as f:
+        f.write("\n".join(L))
+
+
+def main():
+    from workbench import cost_model
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", action="append", required=True, help="a records store of the corpus (repeatable)")
+    ap.add_argument(
+        "--models", default=",".join(cost_model.COST_MODELS), help="comma list of cost_model.COST_MODELS names"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2, help="XGBoost threads")
+    ap.add_argument("--results", default=RESULTS, help="where the page goes (default docs/results)")
+    args = ap.parse_args()
+    models = args.models.split(",")
+    bad = [m for m in models if m not in cost_model.COST_MODELS]
+    if bad:
+        sys.exit(f"cost_model.py: unknown model {bad[0]!r}; valid: {', '.join(cost_model.COST_MODELS)}")
+    missing = [d for d in args.db if not os.path.exists(d)]
+    if missing:
+        sys.exit(f"cost_model.py: no such store {missing[0]!r}")
+    import _quiet
+
+    t0 = time.time()
+    corpus = load_corpus(args.db)
+    if sum(len(v) >= 20 for v in corpus.values()) < 2:
+        sys.exit("cost_model.py: the stores hold fewer than two workloads with 20 measured programs each")
+    res = evaluate(corpus, models, args.seed, args.threads)
+    res.update(
+        dbs=list(args.db),
+        command="python benchmarks/cost_model.py " + " ".join(sys.argv[1:]),
+        git=_quiet.git_state(),
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        wall_s=round(time.time() - t0, 1),
+        seed=args.seed,
+    )
+    write_report(res, args.results)
+    print(f"wrote {os.path.join(args.results, 'cost_model.md')}")
+
+
+if __name__ == "__main__":
+    main()
