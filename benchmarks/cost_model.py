@@ -204,6 +204,10 @@ def write_report(res: dict, results: str) -> None:
         + ".",
         "",
     ]
+    analysis = os.path.join(HERE, "cost_model_analysis.md")  # the hand-written reading of the latest run
+    if os.path.exists(analysis) and results == RESULTS:
+        with open(analysis) as f:
+            L += ["", f.read().rstrip(), ""]
     with open(os.path.join(results, "cost_model.md"), "w") as f:
         f.write("\n".join(L))
 
