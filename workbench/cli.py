@@ -241,6 +241,18 @@ def _resolve_tune_workload(args):
     return reg.get(args.workload)
 
 
+def _preset_overrides(args) -> dict:
+    """The preset fields a new session's ``tune`` options set (None / False: the preset's own)."""
+    given = {
+        "trials_per_round": args.trials_per_round,
+        "noise": args.noise,
+        "cost_model": args.cost_model,
+        "deterministic": args.deterministic or None,
+        "prior": args.prior or None,
+    }
+    return {k: v for k, v in given.items() if v}
+
+
 def cmd_tune(args) -> int:
     from . import presets, tvm_env
     from .session import TuningSession
@@ -268,15 +280,7 @@ def cmd_tune(args) -> int:
             **({"noise": args.noise} if args.noise else {}),
         )
     else:
-        overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
-        if args.noise:
-            overrides["noise"] = args.noise
-        if args.cost_model:
-            overrides["cost_model"] = args.cost_model
-        if args.deterministic:
-            overrides["deterministic"] = True
-        if args.prior:
-            overrides["prior"] = True
+        overrides = _preset_overrides(args)
         session = TuningSession(
             workload,
             target=args.target,
@@ -350,15 +354,7 @@ def _tune_network(args, name, workloads) -> int:
         raise WorkbenchError("a network is measured on the local runner only; drop --runner")
     presets.get(args.preset)
     tvm_env.parse_target(args.target)
-    overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
-    if args.noise:
-        overrides["noise"] = args.noise
-    if args.cost_model:
-        overrides["cost_model"] = args.cost_model
-    if args.deterministic:
-        overrides["deterministic"] = True
-    if args.prior:
-        overrides["prior"] = True
+    overrides = _preset_overrides(args)
     session = NetworkSession(
         workloads,
         target=args.target,
