@@ -20,6 +20,10 @@ Metrics, per held-out set (then the mean over workloads):
 - top-k score (TenSet): the best latency measured over the best latency among the model's top k picks
   (1.0: the model's top k hold the fastest program).
 
+Rule-based pruning (``workbench.pruning``): for each rule alone and all together, the share of each
+workload's measured programs the rule rejects, the share of its fastest 10 % it rejects, whether its best
+program survives, and each model's lowo top-k score when the model picks among the kept programs only.
+
 A random ranking is reported beside them (its expectation: pairwise 0.5, top-k by sampling). Nothing is
 timed, so the machine's load does not change the figures (the stores' latencies were measured when they
 were tuned, each under its own page's protocol); the run is deterministic for a seed.
@@ -102,6 +106,22 @@ def random_metrics(lat: np.ndarray, rng, draws: int = 200) -> dict:
     return {k: float(np.mean([g[k] for g in got])) for k in got[0]}
 
 
+def corpus_machine(db: str, cores: int | None = None):
+    """The pruning rules' view of the machine the store's first session was tuned for."""
+    from workbench import RecordStore, pruning, tvm_env
+
+    store = RecordStore(db, readonly=True)
+    try:
+        target = store.sessions()[0]["target"]
+    finally:
+        store.close()
+    target = dict(target)
+    if cores is not None:
+        target["num-cores"] = cores
+    tvm_env.setup()
+    return pruning.Machine.of_target(tvm_env.make_target(target))
+
+
 def fit(model_name: str, train: list, seed: int, nthread: int):
     from workbench import cost_model, presets
 
@@ -116,7 +136,9 @@ def fit(model_name: str, train: list, seed: int, nthread: int):
     return m, time.time() - t0
 
 
-def evaluate(corpus: dict, models: list[str], seed: int, nthread: int, split_fraction: float = 0.8) -> dict:
+def evaluate(
+    corpus: dict, models: list[str], seed: int, nthread: int, split_fraction: float = 0.8, lowo_preds: dict | None = None
+) -> dict:
     rng = np.random.default_rng(seed)
     workloads = sorted(w for w, progs in corpus.items() if len(progs) >= 20)
     # one seeded split per workload, shared by every model
@@ -138,7 +160,10 @@ def evaluate(corpus: dict, models: list[str], seed: int, nthread: int, split_fra
             res["train_s"].append(secs)
             feats = [f for f, _ in corpus[w]]
             lat = np.array([lat for _, lat in corpus[w]])
-            res["lowo"][w] = metrics(m.predict(feats), lat)
+            pred = m.predict(feats)
+            res["lowo"][w] = metrics(pred, lat)
+            if lowo_preds is not None:
+                lowo_preds[(name, w)] = pred
         train = [(v, corpus[v][i][0], corpus[v][i][1]) for v in workloads for i in split[v][0]]
         m, secs = fit(name, train, seed, nthread)
         res["train_s"].append(secs)
@@ -147,6 +172,43 @@ def evaluate(corpus: dict, models: list[str], seed: int, nthread: int, split_fra
             res["split"][w] = metrics(
                 m.predict([corpus[w][i][0] for i in test]), np.array([corpus[w][i][1] for i in test])
             )
+    return out
+
+
+def rule_sets() -> dict:
+    """Name -> rule names: each rule alone, then all of them."""
+    from workbench import pruning
+
+    return {**{n: (n,) for n in pruning.RULES}, "all": tuple(pruning.RULES)}
+
+
+def evaluate_pruning(corpus: dict, machine, lowo_preds: dict, models: list[str], top_share: float = 0.1) -> dict:
+    """What each rule set removes from every workload's measured programs, and the models' lowo top-k picks
+    made among the programs it keeps (pruning before the model) vs among all of them."""
+    from workbench import pruning
+
+    workloads = sorted({w for _, w in lowo_preds})
+    out = {"machine": {"lanes": machine.lanes, "cores": machine.cores}, "top_share": top_share, "sets": {}}
+    for set_name, rules in rule_sets().items():
+        judge = pruning.Pruner(rules, machine)
+        per_w = {}
+        for w in workloads:
+            lat = np.array([lat for _, lat in corpus[w]])
+            pruned = np.array([judge.first_violation(f) is not None for f, _ in corpus[w]])
+            top = lat <= np.quantile(lat, top_share)
+            kept = ~pruned
+            row = {
+                "pruned": float(pruned.mean()),
+                "pruned_of_top": float(pruned[top].mean()),
+                "best_kept_over_best": float(lat[kept].min() / lat.min()) if kept.any() else float("nan"),
+            }
+            for name in models:
+                pred = np.asarray(lowo_preds[(name, w)], dtype=float)
+                masked = np.where(kept, pred, -np.inf) if kept.any() else pred
+                for k in KS:
+                    row[f"{name}:top{k}"] = top_k_score(masked, lat, k)
+            per_w[w] = row
+        out["sets"][set_name] = per_w
     return out
 
 
@@ -204,6 +266,36 @@ def write_report(res: dict, results: str) -> None:
         + ".",
         "",
     ]
+    pr = res.get("pruning")
+    if pr:
+        models = list(res["models"])
+        L += [
+            "### Rule-based pruning (workbench/pruning.py) on the measured programs",
+            "",
+            f"The rules judged with {pr['machine']['lanes']} SIMD lanes and {pr['machine']['cores']} cores (the "
+            "machine the corpus was measured on). **pruned**: share of a workload's measured programs the rules "
+            f"reject; **of top {pr['top_share']:.0%}**: share of its fastest {pr['top_share']:.0%} they reject "
+            "(a good rule: near 0); **best kept**: fastest kept over fastest measured (1.000: the best survives). "
+            "Then each model's lowo top-k score when its picks are made among the kept programs only (pruning "
+            "before the model) - compare with the 'none' row. Means over workloads; the measured programs are "
+            "what the search already chose to measure, so the share of the raw schedule space a rule removes is "
+            "larger.",
+            "",
+            "| rules | pruned | of top | best kept | "
+            + " | ".join(f"{m} top{k}" for m in models for k in KS)
+            + " |",
+            "|---|---|---|---|" + "---|" * (len(models) * len(KS)),
+        ]
+        none_cells = [f"{_mean(res['models'][m]['lowo'], f'top{k}'):.3f}" for m in models for k in KS]
+        L.append("| none | 0.000 | 0.000 | 1.000 | " + " | ".join(none_cells) + " |")
+        for set_name, per_w in pr["sets"].items():
+            cells = [f"{_mean(per_w, f'{m}:top{k}'):.3f}" for m in models for k in KS]
+            worst = max(v["best_kept_over_best"] for v in per_w.values())
+            L.append(
+                f"| {set_name} | {_mean(per_w, 'pruned'):.3f} | {_mean(per_w, 'pruned_of_top'):.3f} | "
+                f"{_mean(per_w, 'best_kept_over_best'):.3f} (worst {worst:.3f}) | " + " | ".join(cells) + " |"
+            )
+        L.append("")
     analysis = os.path.join(HERE, "cost_model_analysis.md")  # the hand-written reading of the latest run
     if os.path.exists(analysis) and results == RESULTS:
         with open(analysis) as f:
@@ -223,6 +315,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2, help="XGBoost threads")
     ap.add_argument("--results", default=RESULTS, help="where the page goes (default docs/results)")
+    ap.add_argument(
+        "--cores",
+        type=int,
+        default=None,
+        help="cores the pruning rules assume (default: the num-cores of the first store's first session)",
+    )
     args = ap.parse_args()
     models = args.models.split(",")
     bad = [m for m in models if m not in cost_model.COST_MODELS]
@@ -237,7 +335,9 @@ def main():
     corpus = load_corpus(args.db)
     if sum(len(v) >= 20 for v in corpus.values()) < 2:
         sys.exit("cost_model.py: the stores hold fewer than two workloads with 20 measured programs each")
-    res = evaluate(corpus, models, args.seed, args.threads)
+    lowo_preds: dict = {}
+    res = evaluate(corpus, models, args.seed, args.threads, lowo_preds=lowo_preds)
+    res["pruning"] = evaluate_pruning(corpus, corpus_machine(args.db[0], args.cores), lowo_preds, models)
     res.update(
         dbs=list(args.db),
         command="python benchmarks/cost_model.py " + " ".join(sys.argv[1:]),

@@ -360,11 +360,12 @@ class Featurizer:
 _PY_COST_MODEL = None
 
 
-def search_cost_model(model: PackSumXGB, featurizer: Featurizer, strategy_of_ctx):
+def search_cost_model(model: PackSumXGB, featurizer: Featurizer, strategy_of_ctx, pruner=None):
     """Wrap the model as a MetaSchedule ``PyCostModel`` for EvolutionarySearch.
 
     ``strategy_of_ctx(ctx) -> str`` tells which strategy's search is asking, so
-    the one-hot is right. Training is driven by the session, not by TVM.
+    the one-hot is right. Training is driven by the session, not by TVM. With an
+    enabled ``pruning.Pruner``, the programs it rejects score below all others.
     """
     global _PY_COST_MODEL
     if _PY_COST_MODEL is None:
@@ -373,11 +374,12 @@ def search_cost_model(model: PackSumXGB, featurizer: Featurizer, strategy_of_ctx
 
         @derived_object
         class SharedCostModel(ms.cost_model.PyCostModel):
-            def __init__(self, model, featurizer, strategy_of_ctx):
+            def __init__(self, model, featurizer, strategy_of_ctx, pruner):
                 super().__init__()
                 self.model = model
                 self.featurizer = featurizer
                 self.strategy_of_ctx = strategy_of_ctx
+                self.pruner = pruner
 
             def load(self, path: str) -> None:
                 raise NotImplementedError("the workbench retrains from its records store")
@@ -389,12 +391,19 @@ def search_cost_model(model: PackSumXGB, featurizer: Featurizer, strategy_of_ctx
                 pass  # the session adds data and retrains once per round
 
             def predict(self, context, candidates):
-                if self.featurizer.reuse:  # untrained: random scores, no features needed
+                pruning = self.pruner is not None and self.pruner.enabled
+                if self.featurizer.reuse and not pruning:  # untrained: random scores, no features needed
                     scores = self.model.untrained_scores(len(candidates))
                     if scores is not None:
                         return scores.astype("float64")
                 feats = self.featurizer(context, candidates, self.strategy_of_ctx(context))
-                return self.model.predict(feats).astype("float64")
+                scores = self.model.untrained_scores(len(candidates)) if self.featurizer.reuse else None
+                scores = self.model.predict(feats) if scores is None else scores
+                if pruning:
+                    from .pruning import pruned_scores
+
+                    scores = pruned_scores(scores, self.pruner.check(feats))
+                return np.asarray(scores).astype("float64")
 
         _PY_COST_MODEL = SharedCostModel
-    return _PY_COST_MODEL(model, featurizer, strategy_of_ctx)
+    return _PY_COST_MODEL(model, featurizer, strategy_of_ctx, pruner)

@@ -199,6 +199,10 @@ class RoundFinished(Payload):
     pruned: list
     controller: dict  # the controller's state
     phase_seconds: dict  # the round's wall seconds per step of the loop (session.PHASES)
+    # Rule-based pruning (workbench.pruning), when enabled: this round's proposals dropped per rule, and the
+    # session's running counts over every program the search scored.
+    pruned_programs: dict | None = optional()
+    pruning_counts: dict | None = optional()
 
 
 @payload

@@ -69,6 +69,9 @@ class Preset:
     prior: bool = False
     # Features computed once per program and none while the model is untrained (cost_model.Featurizer).
     feature_reuse: bool = True
+    # Rule-based pruning of the schedule space (workbench.pruning.RULES; () none): programs breaking a rule
+    # get the search's lowest score and are not measured.
+    pruning: tuple = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -160,6 +163,11 @@ def get(name, **overrides) -> Preset:
 
         if p.cost_model not in prior.available():
             prior.load(p.cost_model)  # raises the one-line error naming what ships
+    from .pruning import parse_rules
+
+    rules = parse_rules(p.pruning)
+    if rules != p.pruning:
+        p = replace(p, pruning=rules)
     w = p.controller_warmup_rounds
     if isinstance(w, bool) or not isinstance(w, int) or w < 1:
         raise WorkbenchError(f"controller_warmup_rounds must be a positive integer, got {w!r}")
