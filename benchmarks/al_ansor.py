@@ -29,6 +29,7 @@ extends shorter ones to ``--trials`` (so a 128-trial run grows into the 256 one)
     python benchmarks/al_ansor.py --set design --seeds 3 --resume
     python benchmarks/al_ansor.py --set evaluation --seeds 3 --trials 256 --resume
     python benchmarks/al_ansor.py --set design --methods adaptive-uniform,adaptive-lam0 --resume
+    python benchmarks/al_ansor.py --set evaluation --layers vgg16.conv5_1 --tune-only --resume  # one at a time
 
 writes docs/results/al_ansor_<set>.json and _curves.html, and docs/results/al_ansor.md
 from every set's JSON.
@@ -298,6 +299,12 @@ def main():
     ap.add_argument("--results", default=RESULTS, help="where the pages go (default docs/results)")
     ap.add_argument("--report-only", action="store_true", help="no tuning: re-measure and report what --db holds")
     ap.add_argument(
+        "--tune-only",
+        action="store_true",
+        help="tune into --db, then stop: no re-measurement, no page (e.g. one layer at a time, the machine free "
+        "for other work between them; then --report-only)",
+    )
+    ap.add_argument(
         "--markdown-only",
         action="store_true",
         help="no tuning, no timing: rewrite al_ansor.md from the JSON files (e.g. after editing the analysis)",
@@ -362,6 +369,10 @@ def main():
                         target,
                         resume_id=old["session_id"] if old else None,
                     )
+    if args.tune_only:
+        protocol.finish()
+        print(f"[{time.time() - t0:7.0f}s] tuned into {db}; not re-measured (--tune-only)", file=sys.stderr)
+        return
     runs = {k: v for k, v in collect(db).items() if k[0] in layers and k[1] in seeds and k[2] in methods}
     store = RecordStore(db, readonly=True)
     # The best verified program of each run at each checkpoint; one timing per distinct program.
