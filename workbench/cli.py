@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         "corpus; see README, 'Cost model'): it ranks the first rounds before anything is measured",
     )
     t.add_argument(
+        "--prune",
+        default=None,
+        metavar="RULES",
+        help="rule-based pruning of the schedule space for a new session: 'all', or a comma list of "
+        "unvectorized, vector-width, serial (see README, 'Cost model'); programs breaking a rule are not "
+        "measured; default none",
+    )
+    t.add_argument(
         "--deterministic",
         action="store_true",
         help="one search thread, so the seed fixes the proposals (default: the search uses every core, faster "
@@ -176,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--db", default="workbench.db")
     m.add_argument("--target", default="host")
     m.add_argument("--json", action="store_true", help="the result as one JSON object on the last line")
+
+    r = sub.add_parser("report", help="write a self-contained HTML report of a store (no server needed to view it)")
+    r.add_argument("db")
+    r.add_argument("-o", "--output", metavar="FILE.html", help="default: DB-STEM-report.html beside DB")
+    r.add_argument("--session", type=_positive, nargs="+", action="extend", metavar="ID", help="only these sessions")
+    r.add_argument("--no-tir", action="store_true", help="leave out the best programs' TIR (no TVM needed: faster)")
 
     i = sub.add_parser("import", help="import tuning records from a MetaSchedule JSONDatabase directory")
     i.add_argument("dir", help="the MetaSchedule work_dir (database_workload.json, database_tuning_record.json)")
@@ -249,8 +263,15 @@ def _preset_overrides(args) -> dict:
         "cost_model": args.cost_model,
         "deterministic": args.deterministic or None,
         "prior": args.prior or None,
+        "pruning": _pruning_rules(args.prune),
     }
     return {k: v for k, v in given.items() if v}
+
+
+def _pruning_rules(spec):
+    from .pruning import parse_rules
+
+    return parse_rules(spec) if spec is not None else None
 
 
 def cmd_tune(args) -> int:
@@ -535,6 +556,13 @@ def cmd_import(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    print(f"wrote {write_report(args.db, args.output, args.session, with_tir=not args.no_tir)}")
+    return 0
+
+
 def cmd_transfer(args) -> int:
     from .store import RecordStore
     from .transfer import transfer
@@ -666,6 +694,7 @@ COMMANDS = {
     "export": cmd_export,
     "import": cmd_import,
     "transfer": cmd_transfer,
+    "report": cmd_report,
 }
 
 
