@@ -188,7 +188,12 @@ def evaluate_pruning(corpus: dict, machine, lowo_preds: dict, models: list[str],
     from workbench import pruning
 
     workloads = sorted({w for _, w in lowo_preds})
-    out = {"machine": {"lanes": machine.lanes, "cores": machine.cores}, "top_share": top_share, "sets": {}}
+    out = {
+        "machine": {"lanes": machine.lanes, "cores": machine.cores},
+        "top_share": top_share,
+        "models": list(models),
+        "sets": {},
+    }
     for set_name, rules in rule_sets().items():
         judge = pruning.Pruner(rules, machine)
         per_w = {}
@@ -268,7 +273,7 @@ def write_report(res: dict, results: str) -> None:
     ]
     pr = res.get("pruning")
     if pr:
-        models = list(res["models"])
+        models = pr["models"]
         L += [
             "### Rule-based pruning (workbench/pruning.py) on the measured programs",
             "",

@@ -624,7 +624,18 @@ def test_cost_model_evaluation_from_stores_to_page(tmp_path):
     store.close()
     corpus = cm.load_corpus([db])
     assert sorted(corpus) == ["wa", "wb", "wc"] and all(len(v) == 60 for v in corpus.values())
-    res = cm.evaluate(corpus, ["pack-sum", "pairwise-rank"], seed=0, nthread=1)
+    preds: dict = {}
+    res = cm.evaluate(corpus, ["pack-sum", "pairwise-rank"], seed=0, nthread=1, lowo_preds=preds)
+    from workbench import pruning
+
+    # the rules judge column 18 (the innermost vectorized extent, log2(x + 1)): 0-1 uniform -> 0 or 1 lane,
+    # so "vector-width" (16 lanes) rejects every program with a vectorized main store, "unvectorized" the others
+    res["pruning"] = cm.evaluate_pruning(corpus, pruning.Machine(lanes=16, cores=1), preds, ["pack-sum"])
+    sets = res["pruning"]["sets"]
+    assert set(sets) == {*pruning.RULES, "all"}
+    assert all(v["pruned"] == 0.0 for v in sets["serial"].values())  # one core: the rule never fires
+    for w, v in sets["unvectorized"].items():
+        assert 0.0 <= v["pruned_of_top"] <= 1.0 and v["best_kept_over_best"] >= 1.0
     for name in ("pack-sum", "pairwise-rank"):
         for setting in ("lowo", "split"):
             assert cm._mean(res["models"][name][setting], "pairwise") > 0.75, (name, setting)
@@ -633,6 +644,7 @@ def test_cost_model_evaluation_from_stores_to_page(tmp_path):
     cm.write_report(res, str(tmp_path))
     md = open(tmp_path / "cost_model.md").read()
     assert "| pairwise-rank | lowo |" in md and "| random | split |" in md and "| wb | 60 |" in md
+    assert "### Rule-based pruning" in md and "| none | 0.000 | 0.000 | 1.000 |" in md and "| all |" in md
     assert json.load(open(tmp_path / "cost_model.json"))["models"]["pack-sum"]["lowo"]["wa"]["n"] == 60
 
 
@@ -684,3 +696,52 @@ def test_policy_simulation_replays_the_fixed_sessions_rounds():
     assert used == {"no-rewrite": 2, "pre-transformed": 6} and best == 1.0
     md = sim.table({("l", 0): rounds}, 128, 8)
     assert "| optimistic-best, warm-up 2 | 1.000 | 1/1 |" in md and "| optimistic-best | 2.000 | 0/1 |" in md
+
+
+def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests(tmp_path):
+    import search_variants as sv
+
+    def sess(cost_model, deterministic, pruning=None):
+        pp = {"cost_model": cost_model, "deterministic": deterministic, "pruning": list(pruning or [])}
+        return {"preset_params": pp, "strategy_arg": "no-rewrite"}
+
+    assert sv.variant_of(sess("pack-sum", True)) == "pack-sum"
+    assert sv.variant_of(sess("pack-sum", True, ["unvectorized", "vector-width", "serial"])) == "pack-sum + pruning"
+    assert sv.variant_of(sess("pack-sum", False)) == "pack-sum, all cores"
+    assert sv.variant_of(sess("pack-sum", True, ["serial"])) is None  # not one of ours
+    assert sv.variant_of(dict(sess("pairwise-rank", True), strategy_arg="auto")) is None
+
+    def run(best, seconds, h):
+        # best-so-far after each trial, with wall seconds; the best reached at the last trial
+        curve = [(best * 2, seconds / 4), (best * 1.2, seconds / 2), (best, seconds)]
+        return {
+            "best_hash": h,
+            "best_session_ms": best,
+            "seconds": seconds,
+            "curve": curve,
+            "pruning": None,
+            "dropped": 0,
+        }
+
+    runs = {("w", 0, "pack-sum"): run(1.0, 100.0, "a"), ("w", 0, "pairwise-rank"): run(0.9, 120.0, "b")}
+    timed = {("w", "a"): {"median_ms": 1.0, "spread": 0.02}, ("w", "b"): {"median_ms": 0.8, "spread": 0.03}}
+    a = sv.analyse(runs, timed, ["w"], [0])
+    assert a["geomean_vs_baseline"]["pairwise-rank"] == pytest.approx(1.25)  # re-measured, not in-session 1/0.9
+    assert a["wall_vs_baseline"]["pairwise-rank"] == pytest.approx(1.2)
+    row = a["per_workload"]["w|0"]
+    # within 5 % of the best any variant reached (0.9 -> 0.945): pack-sum never, pairwise-rank at its last trial
+    assert row["pack-sum"]["time_to_5pct_s"] is None and row["pairwise-rank"]["time_to_5pct_s"] == 120.0
+    res = {
+        "analysis": a,
+        "protocol": None,
+        "command": "python benchmarks/search_variants.py",
+        "trials": 3,
+        "seeds": [0],
+        "threads": 2,
+        "repeats": 11,
+        "date": "today",
+        "wall_seconds": 240.0,
+    }
+    sv.write_md(res, str(tmp_path))
+    md = open(tmp_path / "search_variants.md").read()
+    assert "| pairwise-rank | 1.250 | 1.20 |" in md and "| w, seed 0 | pairwise-rank | 0.8000 (3 %) |" in md
