@@ -105,6 +105,8 @@ def import_dir(work_dir: str, db: str, workload) -> int:
             "mcpu": str(attrs["mcpu"]) if "mcpu" in attrs else target_dict["mcpu"],
             "num-cores": int(attrs["num-cores"]) if "num-cores" in attrs else target_dict["num-cores"],
         }
+        if "mattr" in attrs and len(attrs["mattr"]):
+            target_dict["mattr"] = [str(a) for a in attrs["mattr"]]
     sid = store.create_session(
         workload=workload.name,
         spec=workload.spec(),

@@ -59,9 +59,64 @@ def host_mcpu() -> str:
     return str(tvm.target.Target.from_device(tvm.cpu()).attrs["mcpu"])
 
 
+# /proc/cpuinfo flag -> LLVM feature, for the vector and matrix extensions a kernel can use. LLVM names the host
+# CPU from its model number, and on a CPU (or a VM's CPU model) it does not know it picks an older part whose
+# defaults lack some of them: a Sapphire Rapids VM reads "rocketlake", without AVX512-BF16/FP16 or AMX.
+CPU_FLAG_FEATURES = {
+    "avx2": "avx2",
+    "fma": "fma",
+    "f16c": "f16c",
+    "avx512f": "avx512f",
+    "avx512bw": "avx512bw",
+    "avx512dq": "avx512dq",
+    "avx512cd": "avx512cd",
+    "avx512vl": "avx512vl",
+    "avx512_vnni": "avx512vnni",
+    "avx512_bf16": "avx512bf16",
+    "avx512_fp16": "avx512fp16",
+    "avx_vnni": "avxvnni",
+    "amx_tile": "amx-tile",
+    "amx_int8": "amx-int8",
+    "amx_bf16": "amx-bf16",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_flags() -> frozenset:
+    """The CPU flags the kernel reports for this machine (empty where /proc/cpuinfo is absent)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def host_mattr(mcpu: str) -> tuple:
+    """``+feature`` for each extension this CPU has (``CPU_FLAG_FEATURES``) that LLVM's ``mcpu`` lacks."""
+    import tvm
+    from tvm.target import codegen
+
+    have = {llvm for flag, llvm in CPU_FLAG_FEATURES.items() if flag in host_cpu_flags()}
+    if not have:
+        return ()
+    setup()
+    base = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    return tuple(f"+{f}" for f in sorted(have) if not codegen.llvm_cpu_has_features([f], base))
+
+
 def host_target_dict(num_cores: int | None = None) -> dict:
-    """The llvm target of this machine. Without ``mcpu`` LLVM emits SSE2 code."""
-    return {"kind": "llvm", "mcpu": host_mcpu(), "num-cores": int(num_cores or available_cores())}
+    """The llvm target of this machine: LLVM's name for the CPU, plus (``mattr``) the vector and matrix
+    extensions the CPU reports that this name's defaults lack. Without ``mcpu`` LLVM emits SSE2 code."""
+    mcpu = host_mcpu()
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": int(num_cores or available_cores())}
+    mattr = host_mattr(mcpu)
+    if mattr:
+        target["mattr"] = list(mattr)
+    return target
 
 
 def parse_target(target) -> dict:
@@ -80,7 +135,13 @@ def parse_target(target) -> dict:
             f'target kind {target.get("kind")!r} is not supported; only CPU targets ("kind": "llvm") are'
         )
     target = dict(target)
-    target.setdefault("mcpu", host_mcpu())
+    if "mcpu" not in target:
+        host = host_target_dict()
+        target["mcpu"] = host["mcpu"]
+        if "mattr" in host and "mattr" not in target:
+            target["mattr"] = host["mattr"]
+    if isinstance(target.get("mattr"), str):  # "+avx2,+fma", as LLVM's -mattr takes it
+        target["mattr"] = [a.strip() for a in target["mattr"].split(",") if a.strip()]
     target.setdefault("num-cores", available_cores())
     setup()
     import tvm
