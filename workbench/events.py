@@ -212,6 +212,9 @@ class ModelTrained(Payload):
     n_samples: int
     seconds: float
     boost_rounds: int | None
+    # the new model's largest gains per feature (``feature_importance()``, name -> gain), for views of a
+    # recording, which have no model to ask
+    feature_importance: dict | None = optional()
 
 
 @payload

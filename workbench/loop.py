@@ -44,6 +44,7 @@ class SearchState:
     best: dict | None = None  # the overall best record (verified)
     best_by_strategy: dict = field(default_factory=dict)  # strategy -> its best verified record
     measured_hashes: set = field(default_factory=set)  # every program measured (never measured twice)
+    pruned_hashes: set = field(default_factory=set)  # programs a pruning rule kept from being measured
     # (mean run seconds, source strategy, trace, run_secs) of every measured valid program: cross-seeding's pool
     seed_pool: list = field(default_factory=list)
     seed_copies: set = field(default_factory=set)  # hashes of programs replayed into another strategy's search
@@ -71,6 +72,15 @@ class Proposal:
     @property
     def shapes(self) -> list[tuple]:
         return [tuple(int(x) for x in a.shape) for a in self.candidate.args_info]
+
+    @classmethod
+    def of_schedule(cls, sch) -> "Proposal":
+        """A complete program (postprocessors applied) that no search proposed: a person's what-if variant."""
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        candidate = ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+        return cls(candidate, program_hash(sch.mod), RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod))
 
 
 @dataclass
@@ -174,7 +184,7 @@ class Propose:
                 break
             for c in cands:
                 h = program_hash(c.sch.mod)
-                if h in st.measured_hashes or any(h == o[1] for o in out + copies):
+                if h in st.measured_hashes or h in st.pruned_hashes or any(h == o[1] for o in out + copies):
                     continue
                 if h in st.seed_copies:
                     # Another strategy's program replayed as is: the model ranks these seeds high, and
@@ -194,16 +204,30 @@ class Propose:
 
 
 class Predict:
-    """Features of the proposals and the shared cost model's scores for them (filled in place)."""
+    """Features of the proposals and the shared cost model's scores for them (filled in place); the proposals
+    a pruning rule rejects are dropped (the search's epsilon-greedy picks bypass the model's pruned scores).
+    Returns the proposals to build; ``dropped`` counts this call's drops per rule."""
 
-    def __init__(self, contexts: dict, featurizer, model):
-        self.contexts, self.featurizer, self.model = contexts, featurizer, model
+    def __init__(self, contexts: dict, featurizer, model, state: SearchState, pruner=None):
+        self.contexts, self.featurizer, self.model, self.state, self.pruner = contexts, featurizer, model, state, pruner
+        self.dropped: dict = {}
 
-    def __call__(self, strategy: str, proposals: list[Proposal]) -> None:
+    def __call__(self, strategy: str, proposals: list[Proposal]) -> list[Proposal]:
         feats = self.featurizer(self.contexts[strategy], [p.candidate for p in proposals], strategy)
         preds = self.model.predict(feats)
         for p, f, s in zip(proposals, feats, preds):
             p.features, p.predicted_score = f, float(s)
+        self.dropped = {}
+        if self.pruner is None or not self.pruner.enabled:
+            return proposals
+        kept = []
+        for p, rule in zip(proposals, self.pruner.check(feats, count=False)):
+            if rule is None:
+                kept.append(p)
+            else:
+                self.dropped[rule] = self.dropped.get(rule, 0) + 1
+                self.state.pruned_hashes.add(p.mod_hash)
+        return kept
 
 
 class Build:

@@ -94,7 +94,9 @@ class ReplaySession:
     def _trials_done(self) -> int:
         return int(
             self.store.conn.execute(
-                "SELECT COUNT(*) FROM records WHERE session_id=? AND id<=?", (self.session_id, self._last_record_id)
+                # a person's what-if records (chosen_by "user" in round 0, workbench.whatif) spend no trials
+                "SELECT COUNT(*) FROM records WHERE session_id=? AND id<=? AND NOT (chosen_by=? AND round=?)",
+                (self.session_id, self._last_record_id, "user", 0),
             ).fetchone()[0]
         )
 

@@ -23,13 +23,14 @@ import contextlib
 import json
 import math
 import os
+import threading
 import time
 
 import numpy as np
 
 from . import cost_model as cm
 from . import events as ev
-from . import interfaces, layouts, loop, measure, noise, presets, space, tvm_env
+from . import interfaces, layouts, loop, measure, noise, presets, pruning, space, tvm_env, whatif
 from . import prior as prior_mod
 from .controller import StrategyController, make_policy
 from .errors import WorkbenchError
@@ -116,6 +117,10 @@ class TuningSession(SessionLifecycle):
         self._init_lifecycle()
         # Held around each round's timing phase; a live view defers its redraws while it is (noise.MeasurementGate).
         self.measurement_gate = noise.MeasurementGate()
+        # One build or timing at a time between the loop and a what-if measurement (measure()): neither may
+        # disturb the other's timing. Held per candidate, so a pause never holds it.
+        self._bench = threading.RLock()
+        self._tools_live = False  # the loop's steps and pools are open (measure() uses them)
         self.state = loop.SearchState()  # bests, measured programs, cross-seeding pool (shared by the steps)
         self.naive_latency_ms: float | None = None
         self._elapsed_offset = 0.0
@@ -123,10 +128,11 @@ class TuningSession(SessionLifecycle):
         # Made by open() (TVM is imported then, not at construction): collaborators and the loop's steps.
         self.target = self.model = self.featurizer = self.search_model = None
         self.builder = self.runner = self.noise = self.inputs = self.reference = None
+        self.pruner = None  # pruning.Pruner, with the search's collaborators
         self.contexts: dict = {}  # strategy -> its TuneContext (search)
         self.search_dbs: dict = {}  # strategy -> (its search's MemoryDatabase, workload entry)
         self._ctx_strategy: dict = {}  # TuneContext task name -> strategy
-        self.cross_seed = self.propose = self.predict = self.build = self.measure = None
+        self.cross_seed = self.propose = self.predict = self.build = self.measure_step = None
         self.verify = self.confirm = self.record = self.learn = None
         # Wall seconds per phase of the loop in this process (the profile behind "where does a round go").
         self.phase_seconds: dict = {k: 0.0 for k in PHASES}
@@ -221,8 +227,53 @@ class TuningSession(SessionLifecycle):
         """Measured candidates of this session as a pandas DataFrame."""
         return self.store.records(session_id=self.session_id, with_trace=with_trace)
 
+    # ------------------------------------------------------------------ what-if (workbench/whatif.py)
+    def edit_decisions(self, record, edits: dict):
+        """A stored record's trace with some decisions changed, for ``measure``.
+
+        ``record``: a record id or a record (a dict or a ``records()`` row with its ``id``) of this workload;
+        ``edits``: {decision index: new setting}, indices as ``space.decisions_of`` lists them (the inspector's
+        ``#``): tile factors as a list multiplying to the loop's extent, a categorical decision's candidate
+        (an unroll step such as 64), a compute location (-2 root, -1 inline, else a loop). Raises
+        ``space.InvalidEdit`` with one message per bad value.
+        """
+        return space.edit_decisions(self.workload, self._stored_schedule(record).trace, edits)
+
+    def measure(self, trace_or_schedule, strategy: str | None = None) -> dict:
+        """Build, time, verify and store a program a person made (``chosen_by = "user"``); returns its record.
+
+        ``trace_or_schedule``: a ``Trace`` (e.g. from ``edit_decisions``) or a ``Schedule`` of this workload;
+        ``strategy``: whose postprocessors make it a program (needed when the session has several). Works while
+        the session tunes (after the candidate in flight), while paused and after it has ended; it spends no
+        budget. Thread-safe; blocks for the build and the timing. Details in ``workbench/whatif.py``.
+        """
+        strategy, sch = whatif.program_of(self, trace_or_schedule, strategy)
+        with self._bench:
+            if self._tools_live:
+                return whatif.run(self, strategy, sch, whatif.live_tools(self), self.trials_done, self._elapsed())
+            stored = self.records()
+            trials = max(self.trials_done, len(whatif.search_records(stored)))
+            elapsed = max([self._elapsed(), *(stored["elapsed_s"].tolist() if len(stored) else [])])
+            with whatif.reopened(self) as tools:
+                return whatif.run(self, strategy, sch, tools, trials, elapsed)
+
+    def _stored_schedule(self, record):
+        rid = record if isinstance(record, (int, np.integer)) and not isinstance(record, bool) else None
+        if rid is None:
+            try:
+                rid = record["id"]
+            except (TypeError, KeyError, IndexError):
+                raise WorkbenchError(
+                    f"a record is a record id or a record with its 'id', not {type(record).__name__}"
+                ) from None
+        rec = self.store.record(int(rid))
+        if rec["workload"] != self.workload.name:
+            raise WorkbenchError(f"record {rid} is of workload {rec['workload']!r}, not {self.workload.name!r}")
+        return space.schedule_from_trace_json(self.workload, rec["trace"])
+
     def summary(self) -> dict:
-        rec = self.records()
+        every = self.records()
+        rec = whatif.search_records(every)  # trials, errors and per-strategy counts are the search's
         ok = rec[rec["error_class"].isna()] if len(rec) else rec
         per = {}
         for s in self.strategies:
@@ -251,8 +302,11 @@ class TuningSession(SessionLifecycle):
             "tuning_seconds": round(self._elapsed(), 2),
             "phase_seconds": {k: round(v, 2) for k, v in self.phase_seconds.items()},
             "noisy": int(rec["noisy"].sum()) if len(rec) else 0,
+            "what_if": int(len(every) - len(rec)),
             "best_spread": best.get("confirm_spread") if best else None,
             "strategies": per,
+            # rule-based pruning (workbench.pruning): programs each rule kept from the search's picks
+            "pruning": self.pruner.snapshot() if self.pruner is not None and self.pruner.enabled else None,
             "status": self.status,
             "db": self.db_path,
         }
@@ -306,7 +360,8 @@ class TuningSession(SessionLifecycle):
             strategy_onehot=p.strategy_onehot,
             reuse=p.feature_reuse,
         )
-        self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx)
+        self.pruner = pruning.Pruner(p.pruning, pruning.Machine.of_target(self.target))
+        self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx, self.pruner)
         self.builder = self._shared_builder or measure.make_builder(self.target_dict, p, workers=self.builder_workers)
         # RPC server health arrives on this (the tuning) thread, so it is stored and emitted like any event.
         self.runner = measure.make_runner(
@@ -371,9 +426,9 @@ class TuningSession(SessionLifecycle):
         st, w = self.state, self.workload
         self.cross_seed = loop.CrossSeed(w, self.target, self.preset, self.contexts, self.search_dbs, st)
         self.propose = loop.Propose(self.contexts, st)
-        self.predict = loop.Predict(self.contexts, self.featurizer, self.model)
+        self.predict = loop.Predict(self.contexts, self.featurizer, self.model, st, self.pruner)
         self.build = loop.Build(self.builder)
-        self.measure = loop.Measure(self.noise)
+        self.measure_step = loop.Measure(self.noise)
         self.verify = loop.Verify(self.runner, w, self.inputs, self.reference)
         self.confirm = loop.Confirm(self.noise, self.preset.confirm_rounds, w, self.store, st, self._emit)
         self.record = loop.Record(self.store, self.session_id, w, self.seed, st, self.builder, self._emit)
@@ -404,7 +459,7 @@ class TuningSession(SessionLifecycle):
             if strategy in self.strategies and feats is not None and feats.shape[1] == width:
                 self.model.add(feats, lat, self.workload.name)
         rec = self.store.records(session_id=self.session_id)
-        self.trials_done = len(rec)
+        self.trials_done = len(whatif.search_records(rec))  # a what-if record spends no budget
         self.round = int(rec["round"].max()) if len(rec) else 0
         for row in prior:
             st.measured_hashes.add(row["mod_hash"])
@@ -415,12 +470,7 @@ class TuningSession(SessionLifecycle):
                 run_secs = [float(x) for x in json.loads(row["run_secs"])]
                 db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
                 st.seed_pool.append((float(np.mean(run_secs)), row["strategy"], sch.trace, run_secs))
-        for s in self.strategies:
-            b = self.store.best(self.workload.name, s)
-            if b is not None and b["session_id"] == self.session_id:
-                st.best_by_strategy[s] = b
-                if st.best is None or b["latency_ms"] < st.best["latency_ms"]:
-                    st.best = b
+        self._restore_bests()
         for s in self.strategies:
             sub = rec[rec["strategy"] == s]
             if len(sub):
@@ -428,7 +478,21 @@ class TuningSession(SessionLifecycle):
                 self.controller.observe(s, ok["latency_ms"].min() if len(ok) else None, None, int(len(sub)))
         self.model.train()
 
+    def _restore_bests(self) -> None:
+        st = self.state
+        for s in self.strategies:
+            b = self.store.best(self.workload.name, s)
+            if b is not None and b["session_id"] == self.session_id:
+                st.best_by_strategy[s] = b
+                if st.best is None or b["latency_ms"] < st.best["latency_ms"]:
+                    st.best = b
+
     def _teardown(self) -> None:
+        with self._bench:  # a what-if measurement on these pools finishes first
+            self._tools_live = False
+            self._release()
+
+    def _release(self) -> None:
         release_session_lock(self._lock)
         self._lock = None
         if self.noise is not None:
@@ -480,8 +544,10 @@ class TuningSession(SessionLifecycle):
         if runner is not None:
             self.runner_spec = runner
         self._t0 = time.time()
-        self._set_status("running")
-        self._setup()
+        with self._bench:  # the baseline and the calibration are timings too
+            self._set_status("running")
+            self._setup()
+            self._tools_live = True
 
     def close(self) -> None:
         """What ``run()`` does after its last round: final status and event; own pools and contexts released."""
@@ -495,6 +561,7 @@ class TuningSession(SessionLifecycle):
         self.trials = self.trials_done + n
 
     def _finish(self) -> None:
+        self._elapsed_offset, self._t0 = self._elapsed(), None  # the clock stops: a later what-if is put at the end
         status = "stopped" if self._stop.is_set() else "finished"
         self._set_status(status)
         payload = ev.Stopped if status == "stopped" else ev.Finished
@@ -560,7 +627,7 @@ class TuningSession(SessionLifecycle):
             self._add_phases(phases)
             return None
         with _timed(phases, "features"):
-            self.predict(strategy, proposals)
+            proposals = self.predict(strategy, proposals)
         self._emit(
             ev.CandidatesProposed(
                 round=self.round,
@@ -571,21 +638,23 @@ class TuningSession(SessionLifecycle):
                 ],
             )
         )
-        with _timed(phases, "build"):
+        with _timed(phases, "build"), self._bench:
             builds = self.build(proposals)
         best_before = self.state.best_ms()
         measured: list = []  # (proposal, record)
 
         def one(i, run_result=None):
             p, b = proposals[i], builds[i]
-            rec = self._measure_one(strategy, chosen_by, p, b, t_prop, run_result)
+            with self._bench:
+                rec = self._measure_one(strategy, chosen_by, p, b, t_prop, run_result)
             measured.append((p, rec))
             self.learn.record(strategy, p, rec)
 
         with _timed(phases, "measure"):
             try:
                 with self.measurement_gate:
-                    slow_before = self.measure.probe_slow("before round")
+                    with self._bench:
+                        slow_before = self.measure_step.probe_slow("before round")
                     first_id = self.store.last_record_id(self.session_id)
                     if isinstance(self.runner, interfaces.BatchRunner):
                         self._measure_batch(proposals, builds, one)
@@ -594,7 +663,9 @@ class TuningSession(SessionLifecycle):
                             if not self._wait_if_paused():
                                 break
                             one(i)
-                    if measured and self.measure.probe_slow("after round"):
+                    with self._bench:
+                        slow_after = bool(measured) and self.measure_step.probe_slow("after round")
+                    if slow_after:
                         self._mark_round_noisy(first_id, "the probe was slow after the round")
                     elif slow_before:
                         self._mark_round_noisy(first_id, "the probe was slow before the round and did not recover")
@@ -611,6 +682,9 @@ class TuningSession(SessionLifecycle):
                     n_samples=self.model.n_samples,
                     seconds=round(time.time() - t, 3),
                     boost_rounds=self.model.last_train_rounds,
+                    feature_importance=dict(
+                        sorted(self.model.feature_importance().items(), key=lambda kv: -kv[1])[:20]
+                    ),
                 )
             )
         ok = [r["latency_ms"] for _, r in measured if r["error_class"] is None]
@@ -627,13 +701,15 @@ class TuningSession(SessionLifecycle):
                 pruned=pruned,
                 controller=self.controller.state(),
                 phase_seconds={k: round(v, 3) for k, v in phases.items()},
+                pruned_programs=dict(self.predict.dropped) if self.pruner.enabled else None,
+                pruning_counts=self.pruner.snapshot() if self.pruner.enabled else None,
             )
         )
         return len(measured)
 
     def _measure_one(self, strategy: str, chosen_by: str, p: loop.Proposal, b, t_prop: float, run_result=None) -> dict:
         """measure → (verify → confirm, for a would-be best) → record, for one built proposal."""
-        timing = self.measure(b, p.shapes, trial=self.trials_done + 1, run_result=run_result)
+        timing = self.measure_step(b, p.shapes, trial=self.trials_done + 1, run_result=run_result)
         verdict = loop.Verdict(timing.latency_ms)
         if timing.latency_ms is not None and self.record.is_strategy_best(strategy, timing.latency_ms):
             # A would-be best is only reported once it computes the right answer.

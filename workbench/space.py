@@ -11,6 +11,7 @@ the layout strategy's postprocessors.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from . import layouts, tvm_env
@@ -70,6 +71,18 @@ class Decision:
     kind: str  # SamplePerfectTile | SampleCategorical | SampleComputeLocation
     attrs: str  # e.g. "n=4, max_innermost_factor=64"
     value: object  # the sampled decision (None when unfilled)
+    # What an edit of it may be (edit_decisions):
+    choices: list | None = None  # SampleCategorical: its candidates; ``value`` is an index into them
+    extent: int | None = None  # SamplePerfectTile, filled: the loop's extent, which the factors multiply to
+    max_innermost: int | None = None  # SamplePerfectTile: the largest innermost factor the sketch allows
+
+    @property
+    def setting(self):
+        """The decision as an edit writes it: the chosen candidate of a categorical one (an unroll step of 64,
+        not its index), the value itself otherwise."""
+        if self.choices is not None and isinstance(self.value, int) and 0 <= self.value < len(self.choices):
+            return self.choices[self.value]
+        return self.value
 
 
 @dataclass
@@ -86,19 +99,155 @@ def _to_py(v):
         return int(v)
 
 
+def _scalar(x):
+    v = getattr(x, "value", x)  # IntImm / FloatImm
+    return int(v) if isinstance(v, (int, bool)) or float(v).is_integer() else float(v)
+
+
+def _sampling(trace) -> list[tuple[int, object, object]]:
+    """(position in ``trace.insts``, instruction, decision or None) of every sampling instruction, in order."""
+    decs = trace.decisions
+    return [
+        (pos, inst, decs.get(inst) if inst in decs else None)
+        for pos, inst in enumerate(trace.insts)
+        if inst.kind.name in SAMPLING_KINDS
+    ]
+
+
 def decisions_of(trace) -> list[Decision]:
     out = []
-    decs = trace.decisions
-    for inst in trace.insts:
-        if inst.kind.name in SAMPLING_KINDS:
-            d = decs.get(inst) if inst in decs else None
-            attrs = ", ".join(str(a) for a in inst.attrs)
-            out.append(Decision(inst.kind.name, attrs, None if d is None else _to_py(d)))
+    for _pos, inst, d in _sampling(trace):
+        kind = inst.kind.name
+        value = None if d is None else _to_py(d)
+        dec = Decision(kind, ", ".join(str(a) for a in inst.attrs), value)
+        if kind == "SampleCategorical":
+            dec.choices = [_scalar(c) for c in inst.attrs[0]]
+        elif kind == "SamplePerfectTile":
+            dec.max_innermost = int(inst.attrs[1])
+            if value is not None:
+                dec.extent = math.prod(value)
+        out.append(dec)
     return out
 
 
 def decisions_json(trace) -> str:
     return json.dumps([[d.kind, d.value] for d in decisions_of(trace)])
+
+
+class InvalidEdit(WorkbenchError):
+    """Decision edits that do not make a program: ``problems`` has one message per bad value."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+def edit_decisions(workload, trace, edits: dict):
+    """A complete program's trace with some decisions changed: ``edits`` maps a decision's index (its row in
+    ``decisions_of``) to its new setting (``Decision.setting``): tile factors as a list that multiplies to the
+    loop's extent, a categorical decision's candidate (an unroll step, not its index), a compute location as
+    TVM numbers it (-2 inline, -1 root, else a loop). ``trace`` is a ``Trace`` or a ``Schedule``.
+
+    Returns the new trace (postprocessors removed; a layout strategy's postprocessors make it a program);
+    raises ``InvalidEdit`` with one message per bad value. TVM itself accepts a bad value quietly (tile factors
+    are re-split, a compute location moves to the nearest one before it), so every value is checked here.
+    """
+    import numpy as np
+    from tvm.s_tir.schedule import Schedule
+
+    trace = getattr(trace, "trace", trace)
+    sampled = _sampling(trace)
+    decisions = decisions_of(trace)
+    if not isinstance(edits, dict):
+        raise InvalidEdit([f"edits must be a dict {{decision index: new value}}, not {type(edits).__name__}"])
+    problems, values = [], {}
+    for key, setting in edits.items():
+        if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= key < len(decisions):
+            have = f"0-{len(decisions) - 1}" if decisions else "none"
+            problems.append(f"decision {key!r} does not exist: this candidate has decisions {have}")
+            continue
+        value, problem = _checked(int(key), decisions[key], setting)
+        if problem:
+            problems.append(problem)
+        else:
+            values[int(key)] = value
+    if problems:
+        raise InvalidEdit(problems)
+    edited = trace
+    for i, value in values.items():
+        edited = edited.with_decision(edited.insts[sampled[i][0]], value, remove_postproc=True)
+    sch = Schedule(workload.mod)
+    try:
+        edited.apply_to_schedule(sch, remove_postproc=True)
+    except Exception as e:  # noqa: BLE001 - e.g. a block that cannot be inlined where it now would be
+        raise InvalidEdit([f"the edited decisions do not make a program of {workload.name}: {_last_line(e)}"]) from None
+    got = decisions_of(sch.trace)
+    for i, value in values.items():
+        if got[i].value != value:  # only a compute location is moved by TVM (to the nearest valid one before it)
+            where = ", ".join(str(k) for k in _compute_locations(workload, edited, i))
+            problems.append(
+                f"decision {i} (SampleComputeLocation): {value} is not a compute location of this block; "
+                f"it can be one of {where}"
+            )
+    if problems:
+        raise InvalidEdit(problems)
+    return sch.trace
+
+
+def _checked(i: int, d: Decision, setting) -> tuple[object, str | None]:
+    """(the decision TVM stores for ``setting``, None) or (None, the one message that says what is wrong)."""
+    import numpy as np
+
+    name = f"decision {i} ({d.kind})"
+    if d.kind == "SamplePerfectTile":
+        if d.extent is None:
+            return None, f"{name} has no value to edit (an unfilled sketch, not a program)"
+        name = f"decision {i} (SamplePerfectTile of a loop of extent {d.extent})"
+        ok = isinstance(setting, (list, tuple)) and all(
+            isinstance(f, (int, np.integer)) and not isinstance(f, bool) and f >= 1 for f in setting
+        )
+        if not ok:
+            return None, f"{name}: tile factors are a list of positive integers, got {setting!r}"
+        factors = [int(f) for f in setting]
+        n = len(d.value)
+        if len(factors) != n:
+            return None, f"{name}: needs {n} factors, got {len(factors)} ({factors})"
+        if math.prod(factors) != d.extent:
+            return None, f"{name}: factors {factors} multiply to {math.prod(factors)}, not to the extent {d.extent}"
+        if d.max_innermost and d.max_innermost > 0 and factors[-1] > d.max_innermost:
+            return None, f"{name}: innermost factor {factors[-1]} is above this sketch's limit of {d.max_innermost}"
+        return factors, None
+    if d.kind == "SampleCategorical":
+        match = [k for k, c in enumerate(d.choices or []) if c == setting and not isinstance(setting, bool)]
+        if not match:
+            return None, f"{name}: {setting!r} is not one of its choices {d.choices}"
+        return match[0], None
+    if isinstance(setting, bool) or not isinstance(setting, (int, np.integer)) or setting < -2:
+        return None, f"{name}: {setting!r} is not a location (-2 inline, -1 root, or a loop's number)"
+    return int(setting), None
+
+
+def _compute_locations(workload, trace, i: int) -> list[int]:
+    """The locations decision ``i`` (a SampleComputeLocation) can take: those TVM keeps when replaying them."""
+    from tvm.s_tir.schedule import Schedule
+
+    pos = _sampling(trace)[i][0]
+
+    def replayed(k: int) -> int | None:
+        sch = Schedule(workload.mod)
+        try:
+            trace.with_decision(trace.insts[pos], k, remove_postproc=True).apply_to_schedule(sch, remove_postproc=True)
+        except Exception:  # noqa: BLE001 - not a location this program can have
+            return None
+        return decisions_of(sch.trace)[i].value
+
+    top = replayed(1 << 30)  # TVM moves a number past the last location to the last one
+    return [k for k in range(-2, (top if top is not None else -1) + 1) if replayed(k) == k]
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:300]
 
 
 def design_spaces(workload, strategy: str = "no-rewrite", target=None, preset: Preset | None = None) -> list[Sketch]:

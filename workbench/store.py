@@ -32,6 +32,8 @@ from .errors import StoreLockedError, WorkbenchError
 
 SCHEMA_VERSION = 2
 APP_ID = 0x54574231  # "TWB1": marks a workbench store
+LIVE_STATUSES = ("running", "paused")  # a stored status that is only true while the session's process lives
+RUNS_DIR = "workbench-runs"  # where the notebooks keep their stores (runs_path)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -150,10 +152,18 @@ def session_lock(db_path: str, session_id: int):
 
     from .errors import SessionRunningError
 
-    path = f"{db_path}-session-{session_id}.lock"
+    path = session_lock_path(db_path, session_id)
     f = open(path, "a+")
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # a few tries: session_writer() holds a shared lock for an instant while it looks
+        for attempt in range(5):
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.05)
     except BlockingIOError:
         f.seek(0)
         holder = f.read().strip()
@@ -168,6 +178,53 @@ def session_lock(db_path: str, session_id: int):
     f.write(str(os.getpid()))
     f.flush()
     return f
+
+
+def session_lock_path(db_path: str, session_id: int) -> str:
+    return f"{db_path}-session-{session_id}.lock"
+
+
+def session_writer(db_path: str, session_id: int) -> int | None:
+    """The pid of the process tuning a stored session now (0 if it has not written its pid yet), or None when no
+    process holds the session's lock: it ended, or it died (a kernel restart, kill -9) and the OS dropped the lock.
+
+    ``db_path`` is the store's absolute path (``RecordStore.path``), as the lock's holder named it. Looking takes a
+    shared lock for an instant; ``session_lock`` retries briefly, so a session starting meanwhile is not refused.
+    """
+    import fcntl
+
+    try:
+        fd = os.open(session_lock_path(db_path, session_id), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 32).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def effective_status(db_path: str, row: dict) -> str:
+    """A stored session's status as it is now: "interrupted" when the store says "running" or "paused" but no
+    process holds the session's lock (its process died without recording an end: a kernel restart, kill -9),
+    otherwise the stored status."""
+    if row["status"] in LIVE_STATUSES and session_writer(db_path, row["id"]) is None:
+        return "interrupted"
+    return row["status"]
+
+
+def runs_path(name: str) -> str:
+    """The path of a notebook's records store ``name`` in a stable place: ``workbench-runs/`` under the working
+    directory, or the directory ``$WORKBENCH_RUNS`` names; the directory is created if missing. After a kernel
+    restart the same cell opens the same store again, and new sessions are appended to it."""
+    d = os.environ.get("WORKBENCH_RUNS") or RUNS_DIR
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, name)
 
 
 def release_session_lock(lock) -> None:
@@ -440,6 +497,33 @@ class RecordStore:
 
     def sessions(self) -> list[dict]:
         return [_session_row(r) for r in self.conn.execute("SELECT * FROM sessions ORDER BY id")]
+
+    def session_status(self, session_id: int) -> str:
+        """The session's status as it is now (``effective_status``: "interrupted" for a dead process's session)."""
+        return effective_status(self.path, self.session(session_id))
+
+    def session_list(self) -> list[dict]:
+        """Every session, oldest first, with what a picker shows: ``id, workload, strategy_arg, preset, status``
+        (as it is now, ``effective_status``), ``writer_pid`` (the live process tuning it, else None), ``trials_done``
+        (search records), ``trials`` (budget), ``best_latency_ms`` and ``best_gflops`` (verified), ``created_at``,
+        ``updated_at`` and ``resumable`` (a tuning session no process is running: ``TuningSession.resume`` can
+        continue it)."""
+        out = []
+        for r in self.conn.execute(
+            "SELECT s.id, s.workload, s.strategy_arg, s.preset, s.status, s.trials, s.created_at, s.updated_at,"
+            # a person's what-if measurement (chosen_by "user", round 0: workbench.whatif) spends no trial
+            " COUNT(CASE WHEN NOT (r.chosen_by='user' AND r.round=0) THEN r.id END) AS trials_done,"
+            " MIN(CASE WHEN r.error_class IS NULL AND r.verified=1 THEN r.latency_ms END) AS best_latency_ms,"
+            " MAX(CASE WHEN r.error_class IS NULL AND r.verified=1 THEN r.gflops END) AS best_gflops"
+            " FROM sessions s LEFT JOIN records r ON r.session_id = s.id GROUP BY s.id ORDER BY s.id"
+        ):
+            d = dict(r)
+            d["writer_pid"] = session_writer(self.path, d["id"])
+            d["status"] = "interrupted" if d["status"] in LIVE_STATUSES and d["writer_pid"] is None else d["status"]
+            # transfer-tuning and imported sessions hold records, not a search that can go on
+            d["resumable"] = d["writer_pid"] is None and d["preset"] != "transfer" and d["status"] != "imported"
+            out.append(d)
+        return out
 
     def latest_session(self, workload: str) -> dict | None:
         r = self.conn.execute(
