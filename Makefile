@@ -66,7 +66,7 @@ $(CHROMIUM):
 	  echo "NOTE: no apt-get here: install Chromium as $(CHROMIUM) yourself, the browser test needs it"; \
 	fi
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium $(LAB_DEFAULTS)
 	$(BIN)/ruff check workbench widgets tests benchmarks
 	$(BIN)/ruff format --check workbench widgets tests benchmarks
 	$(BIN)/python -m pytest -q -ra --durations=15

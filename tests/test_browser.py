@@ -1,31 +1,58 @@
-"""The quickstart dashboard in a real JupyterLab, driven by headless Chromium, tuning for real."""
+"""The dashboard in a real JupyterLab, driven by headless Chromium: the quickstart tuning for real, and a hostile
+records store opened without running any of the script it holds. One JupyterLab serves both tests."""
 
 import os
 import shutil
 import sys
 import time
 
+import nbformat
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from _lab import CHROMIUM, CHROMIUM_ARGS, serve_notebooks  # noqa: E402  (shared with live_dashboard.py)
 
+from .hostile_store import PAYLOADS, PWNED, hostile_store  # noqa: E402
+
 ARTIFACTS = os.path.join(ROOT, "test-artifacts", "browser")
+# What `make lab` (and `make test`) writes: JupyterLab's "official Jupyter news?" prompt defaults to "no".
+LAB_DEFAULTS = os.path.join(ROOT, ".venv", "etc", "jupyter", "labconfig", "default_setting_overrides.json")
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server on 127.0.0.1 serving a copy of notebooks/, with a token; stopped afterwards."""
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on 127.0.0.1 serving a copy of notebooks/, with a token; stopped afterwards.
+
+    Its user settings say nothing about the news prompt, so the page gets the default `make lab` sets (as a
+    newcomer's JupyterLab does). Beside the notebooks: a hostile store and a notebook that opens it."""
+    if not os.path.exists(LAB_DEFAULTS):
+        pytest.fail(f"{LAB_DEFAULTS} is missing: `make test` and `make lab` write it (the news prompt's default)")
+    work = str(tmp_path_factory.mktemp("lab"))
     env = {
         "WORKBENCH_TRIALS": os.environ.get("WORKBENCH_BROWSER_TRIALS", "64"),
         "WORKBENCH_WORKLOAD": "matmul-128",
         "WORKBENCH_INTERACTIVE": "1",
     }
-    with serve_notebooks(str(tmp_path), env) as (url, token):
-        yield url, token
+    with serve_notebooks(work, env) as (url, token):
+        settings = os.path.join(work, "settings", "@jupyterlab", "apputils-extension")
+        with open(os.path.join(settings, "notification.jupyterlab-settings"), "w") as f:
+            f.write('{"checkForUpdates": false}')
+        root = os.path.join(work, "lab")
+        info = hostile_store(os.path.join(root, "hostile.db"))
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [
+            nbformat.v4.new_code_cell('from widgets import Dashboard\n\ndash = Dashboard.open("hostile.db")\ndash'),
+            # a failed candidate in the inspector: its (hostile) error class and message
+            nbformat.v4.new_code_cell(
+                "dash.inspector.show_trial(5)\ndash.tabs.selected_index = list(dash.tabs.titles).index('Inspector')"
+            ),
+        ]
+        nbformat.write(nb, os.path.join(root, "hostile.ipynb"))
+        yield url, token, info
 
 
 def _wait(cond, timeout, what):
@@ -38,33 +65,45 @@ def _wait(cond, timeout, what):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
+def _chromium():
     if not os.path.exists(CHROMIUM):
         pytest.fail(
             f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
             "`playwright install` cannot download browsers on the project's machines"
         )
+
+
+def _run_notebook(page, url, token, name):
+    """Open notebook ``name``, wait for its kernel, check that no news prompt greets the user, run every cell."""
+    page.goto(f"{url}/lab/tree/{name}?token={token}&reset")
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+        " && window.jupyterapp.shell.currentWidget.sessionContext"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+        " === 'idle'",
+        timeout=90_000,
+    )
+    # JupyterLab asks right after it has restored its layout, long before a kernel is idle
+    page.wait_for_timeout(1000)
+    assert page.get_by_text("official Jupyter news").count() == 0, "JupyterLab's news prompt greets the user"
+    # not awaited: the promise resolves only when every cell has run
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+
+def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
+    _chromium()
     from playwright.sync_api import sync_playwright
 
-    url, token = lab
+    url, token, _info = lab
     os.makedirs(ARTIFACTS, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1400})
         try:
-            page.goto(f"{url}/lab/tree/01_quickstart.ipynb?token={token}&reset")
-            page.wait_for_selector(".jp-Notebook", timeout=90_000)
-            page.wait_for_function(
-                "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                " && window.jupyterapp.shell.currentWidget.sessionContext"
-                " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
-                " === 'idle'",
-                timeout=90_000,
-            )
-            # not awaited: the promise resolves only when every cell has run
-            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            _run_notebook(page, url, token, "01_quickstart.ipynb")
 
             start = page.locator(".jp-OutputArea-output .widget-button", has_text="Start").first
             start.wait_for(state="visible", timeout=120_000)
@@ -113,3 +152,61 @@ def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
     if os.environ.get("WORKBENCH_UPDATE_SCREENSHOTS") == "1":
         os.makedirs(os.path.join(ROOT, "docs", "screenshots"), exist_ok=True)
         shutil.copy(mid, os.path.join(ROOT, "docs", "screenshots", "dashboard.png"))
+
+
+def test_a_hostile_store_runs_no_script_in_jupyterlab(lab):
+    """``Dashboard.open`` on a store whose every text carries script: the page shows that text literally (status,
+    session list, records table, inspector, legend and hover labels) and none of it runs."""
+    _chromium()
+    from playwright.sync_api import sync_playwright
+
+    url, token, info = lab
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        try:
+            _run_notebook(page, url, token, "hostile.ipynb")
+            dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-sessions-picker")).first
+            dash.wait_for(state="visible", timeout=120_000)
+            status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
+            _wait(lambda: "interrupted" in status(), 60, "the cut-off session to read interrupted")
+            # the inspector (the second cell) shows the failed candidate's (hostile) error class
+            _wait(lambda: "build-error" in dash.inner_text(), 60, "the inspector to show trial 5's error")
+            # the legend and a hover label of the curves
+            plot = dash.locator(".js-plotly-plot").first
+            assert info["strategies"]["no-rewrite"] in plot.locator(".legend").first.text_content()
+            hover = plot.locator(".hoverlayer .hovertext")
+            for point in plot.locator(".scatterlayer path.point").all()[:12]:
+                point.hover(force=True)
+                if hover.count():
+                    break
+            _wait(lambda: hover.count(), 10, "a hover label on the curves")
+            assert any(pl in hover.first.text_content() for pl in PAYLOADS), hover.first.text_content()
+            # the records table
+            dash.locator(".lm-TabBar-tab", has_text="Records").first.click()
+            table = dash.locator(".wb-table").first
+            table.wait_for(state="visible", timeout=30_000)
+            assert info["strategies"]["no-rewrite"] in table.inner_text()
+            # the other session, chosen in the picker: failed, with its (hostile) message
+            dash.locator(".wb-sessions-picker select").first.select_option(index=0)  # session 1
+            _wait(lambda: "failed" in status(), 60, "the failed session to be shown")
+            text = dash.inner_text()
+            for payload in PAYLOADS:
+                assert payload in text, f"{payload!r} is not shown as text"
+            assert info["workload"] in text
+            dash.screenshot(path=os.path.join(ARTIFACTS, "hostile-store.png"))
+            assert page.evaluate("() => window.__wb_pwned") is None, "a stored value ran as script"
+            assert page.get_by_text("official Jupyter news").count() == 0
+            # the check would have seen it: the same payload, unescaped, runs in this page
+            page.evaluate(
+                "(p) => document.body.insertAdjacentHTML('beforeend', p.replace('__wb_pwned', '__wb_canary'))",
+                PAYLOADS[0],
+            )
+            _wait(lambda: page.evaluate("() => window.__wb_canary") == 1, 10, "the canary payload to run")
+            assert PWNED in PAYLOADS[0]
+        except Exception:
+            page.screenshot(path=os.path.join(ARTIFACTS, "hostile-failure.png"))
+            raise
+        finally:
+            browser.close()

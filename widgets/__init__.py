@@ -3,9 +3,11 @@
 ``Dashboard`` composes them; each view also works on its own with a ``SessionModel``.
 """
 
+from .compare import CompareView
 from .controls import ControlsView
 from .costmodel import CostModelView, round_quality
 from .dashboard import Dashboard
+from .decisions import DecisionSpaceView, decision_table
 from .inspector import CandidateInspector
 from .model import SessionModel
 from .sketch import SketchView
@@ -14,6 +16,7 @@ from .throughput import ThroughputView
 
 __all__ = [
     "Dashboard",
+    "CompareView",
     "SessionModel",
     "ThroughputView",
     "CostModelView",
@@ -21,5 +24,7 @@ __all__ = [
     "SketchView",
     "ControlsView",
     "RecordsTable",
+    "DecisionSpaceView",
+    "decision_table",
     "round_quality",
 ]

@@ -16,30 +16,52 @@ def color_of(strategy: str, strategies: list[str]) -> str:
     return PALETTE[order.index(strategy) % len(PALETTE)] if strategy in order else PALETTE[-1]
 
 
+def esc(v) -> str:
+    """Any value as text safe to put into HTML, an HTML attribute or a plotly label (which renders a subset of
+    HTML): everything a view shows from a store or an event goes through this (or ``fmt``), numbers included, since
+    a crafted store can hold text in any column."""
+    return html.escape(str(v))
+
+
+def label(v) -> str:
+    """Any value as text for a plotly label (hover text, legend name, annotation): plotly renders a subset of HTML
+    there and decodes only some entities (``&lt;``, ``&gt;``, ``&amp;``, numeric ones; not ``&quot;``), so only
+    ``<``, ``>`` and ``&`` are escaped."""
+    return html.escape(str(v), quote=False)
+
+
 def fmt(v, spec: str = ".3g", none: str = "—") -> str:
+    """A number formatted with ``spec``; ``none`` for a missing or non-finite one; anything that is not a number
+    (a crafted store) as escaped text."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return none
-    return format(v, spec)
+    try:
+        return format(v, spec)
+    except (TypeError, ValueError):
+        return esc(v)
 
 
 def candidate_text(rec: dict) -> str:
-    """Hover text of a measured candidate (plotly hover labels take <br> line breaks)."""
-    head = f"trial {rec.get('trial')} · round {rec.get('round')} · {rec.get('strategy')} ({rec.get('chosen_by')})"
+    """Hover text of a measured candidate (plotly hover labels take <br> line breaks); every stored value escaped."""
+    head = (
+        f"trial {label(rec.get('trial'))} · round {label(rec.get('round'))} · {label(rec.get('strategy'))} "
+        f"({label(rec.get('chosen_by'))})"
+    )
     if rec.get("error_class"):
-        body = f"error: {html.escape(str(rec['error_class']))}"
+        body = f"error: {label(rec['error_class'])}"
     else:
         body = f"{fmt(rec.get('latency_ms'), '.4f')} ms · {fmt(rec.get('gflops'), '.1f')} GFLOPS"
     pred = f"predicted {fmt(rec.get('predicted_score'), '.3f')}"
-    if rec.get("cv") is not None:
+    if isinstance(rec.get("cv"), (int, float)):
         pred += f" · cv {fmt(rec['cv'] * 100, '.1f')} %"
     if rec.get("remeasured_samples"):
-        pred += f" · re-measured ({rec['remeasured_samples']} samples)"
+        pred += f" · re-measured ({label(rec['remeasured_samples'])} samples)"
     if rec.get("noisy"):
-        pred += f"<br>{html.escape(noise_note(rec))}"
-    dec = html.escape(str(rec.get("decisions") or ""))
+        pred += f"<br>{label(noise_note(rec))}"
+    dec = str(rec.get("decisions") or "")
     if len(dec) > 120:
         dec = dec[:117] + "..."
-    return f"{head}<br>{body} · {pred}<br>{dec}"
+    return f"{head}<br>{body} · {pred}<br>{label(dec)}"
 
 
 def noise_note(rec: dict) -> str:
@@ -47,9 +69,9 @@ def noise_note(rec: dict) -> str:
     n = rec.get("noise") if isinstance(rec.get("noise"), dict) else {}
     bits = []
     if n.get("wait_fraction") is not None:
-        bits.append(f"its threads waited {n['wait_fraction']:.0%} of the time")
+        bits.append(f"its threads waited {fmt(n['wait_fraction'], '.0%')} of the time")
     if n.get("other_cores") is not None:
-        bits.append(f"other processes {n['other_cores']:.2f} cores")
+        bits.append(f"other processes {fmt(n['other_cores'], '.2f')} cores")
     if rec.get("noisy_reason"):
         bits.append(str(rec["noisy_reason"]))
     return "NOISY timing" + (f": {', '.join(bits)}" if bits else "")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import html
-
 import ipywidgets as W
 
 from workbench.layouts import STRATEGIES
 from workbench.presets import PRESETS
 
-from .common import fmt
+from .common import esc, fmt
 from .model import CONTROLLER, STATUS
 
 STRATEGY_SETS = ["auto", "all", *STRATEGIES]
@@ -98,8 +96,11 @@ class ControlsView:
         status = model.status
         if session is not None and session.status == "created" and not model.n_events:
             status = "ready"
+        # a stored session (Dashboard.open) is only shown: nothing to start, pause or stop from here
+        read_only = bool(getattr(session, "read_only", False))
         running = (
             session is not None
+            and not read_only
             and not model.terminal
             and (model.n_events > 0 or session.status in ("running", "paused"))
         )
@@ -107,7 +108,7 @@ class ControlsView:
         ctrl = session.controller if session is not None else None
         with self.widget.hold_sync():
             ended_for_good = model.terminal and getattr(self.actions, "session_factory", None) is None
-            self.start.disabled = running or ended_for_good
+            self.start.disabled = running or ended_for_good or read_only
             self.pause.disabled = not running or paused
             self.resume.disabled = not running or not paused
             self.stop.disabled = not running
@@ -116,7 +117,7 @@ class ControlsView:
             self.progress.value = min(model.trials_done, self.progress.max)
             eta = model.eta_seconds()
             self.eta.value = (
-                f"<span style='white-space:nowrap'>{model.trials_done}/{total} trials · "
+                f"<span style='white-space:nowrap'>{esc(model.trials_done)}/{esc(total)} trials · "
                 f"{'ETA ~' + fmt(eta, '.0f') + ' s' if eta is not None else 'ETA —'}</span>"
             )
             self.status.value = self._status_html(model, status, paused, request, session, held)
@@ -143,6 +144,7 @@ class ControlsView:
             "finished": "#1864ab",
             "stopped": "#5c5f66",
             "failed": "#c92a2a",
+            "interrupted": "#c92a2a",
         }
         shown = status
         if request == "pause" and status == "running":
@@ -150,25 +152,34 @@ class ControlsView:
         elif request == "stop" and not model.terminal:
             shown = "stopping (after the current candidate)"
         best = model.best
-        parts = [f"<b style='color:{colors.get(status, '#333')}'>{html.escape(shown)}</b>"]
+        parts = [f"<b style='color:{colors.get(status, '#333')}'>{esc(shown)}</b>"]
         if model.workload:
-            parts.append(html.escape(model.workload))
+            parts.append(esc(model.workload))
         if session is not None and session.replay:
             parts.append("replay")
+        if status == "interrupted":
+            parts.append(
+                "its process ended without finishing it (a kernel restart, a kill); "
+                "<i>Resume session</i> in <code>Dashboard.open(db)</code> continues it"
+            )
+        writer = getattr(session, "writer_pid", None) if session is not None else None
+        if writer is not None and not model.terminal:
+            parts.append(f"tuned by another process (pid {esc(writer)})")
         if best:
             parts.append(
                 f"best {fmt(best['gflops'], '.1f')} GFLOPS ({fmt(best['latency_ms'], '.4f')} ms, "
-                f"{html.escape(best['strategy'])})"
+                f"{esc(best['strategy'])})"
             )
-        if model.naive_latency_ms and best:
-            parts.append(f"{model.naive_latency_ms / best['latency_ms']:.1f}× vs naive")
+        naive, best_ms = model.naive_latency_ms, best and best.get("latency_ms")
+        if isinstance(naive, (int, float)) and isinstance(best_ms, (int, float)) and naive and best_ms:
+            parts.append(f"{naive / best_ms:.1f}× vs naive")
         if model.prior:
             parts.append(
-                f"<span class='wb-prior' title='{html.escape(model.prior)}'>cost model "
-                f"{html.escape(str(model.cost_model))} + shipped prior</span>"
+                f"<span class='wb-prior' title='{esc(model.prior)}'>cost model "
+                f"{esc(model.cost_model)} + shipped prior</span>"
             )
         elif model.cost_model and model.cost_model != "pack-sum":
-            parts.append(f"cost model {html.escape(model.cost_model)}")
+            parts.append(f"cost model {esc(model.cost_model)}")
         if model.runners:
             parts.append(ControlsView._runners_html(model.runners))
         noise = ControlsView._noise_html(model)
@@ -177,7 +188,7 @@ class ControlsView:
         if held:
             parts.append("<span style='color:#5c5f66'>timing kernels: the plots catch up afterwards</span>")
         if model.message:
-            parts.append(f"<span style='color:#c92a2a'>{html.escape(model.message)}</span>")
+            parts.append(f"<span style='color:#c92a2a'>{esc(model.message)}</span>")
         return " · ".join(parts) + "&nbsp;&nbsp;"
 
     @staticmethod
@@ -189,7 +200,7 @@ class ControlsView:
         if n["probe_ms"] is None and not n["events"] and not n_noisy and not n["waiting"]:
             return ""
         green, amber, red = "#2b8a3e", "#e67700", "#c92a2a"
-        probe = f"probe {n['drift'] * 100:+.0f} %" if n["drift"] is not None else None
+        probe = f"probe {n['drift'] * 100:+.0f} %" if isinstance(n["drift"], (int, float)) else None
         if n["waiting"]:
             w = n["waiting_for"] or {}
             who = ", ".join(
@@ -209,15 +220,12 @@ class ControlsView:
             text, color = "timing: checked per measurement (no calibration probe)", "#5c5f66"
         else:
             text, color = "timing: quiet" + (f" ({probe})" if probe else ""), green
-        out = (
-            f"<span class='wb-noise' style='color:{color}' title='{html.escape(n['line'] or text)}'>"
-            f"{html.escape(text)}</span>"
-        )
+        out = f"<span class='wb-noise' style='color:{color}' title='{esc(n['line'] or text)}'>{esc(text)}</span>"
         if n_noisy:
             out += f" · <span class='wb-noisy' style='color:{amber}'>{n_noisy} noisy</span>"
         if n["line"] and not n["waiting"]:
             line = n["line"] if len(n["line"]) <= 140 else n["line"][:137] + "..."
-            out += f" <span style='color:#868e96;font-size:11px'>({html.escape(line)})</span>"
+            out += f" <span style='color:#868e96;font-size:11px'>({esc(line)})</span>"
         return out
 
     @staticmethod
@@ -228,9 +236,9 @@ class ControlsView:
         for name, h in sorted(runners.items()):
             st = h.get("state", "?")
             out.append(
-                f"<span class='wb-runner' style='color:{colors.get(st, '#333')}'>{html.escape(name)} "
-                f"{html.escape(st)} ({h.get('measured', 0)} measured, {h.get('errors', 0)} errors, "
-                f"{h.get('timeouts', 0)} timeouts)</span>"
+                f"<span class='wb-runner' style='color:{colors.get(st, '#333')}'>{esc(name)} "
+                f"{esc(st)} ({esc(h.get('measured', 0))} measured, {esc(h.get('errors', 0))} errors, "
+                f"{esc(h.get('timeouts', 0))} timeouts)</span>"
             )
         return "runners: " + ", ".join(out)
 
@@ -248,18 +256,18 @@ class ControlsView:
             sc = scores.get(s)
             flag = " (pruned)" if a.get("pruned") else " (exhausted)" if a.get("exhausted") else ""
             rows.append(
-                f"<tr><td>{html.escape(s)}{flag}</td><td>{fmt(sc, '.3f', 'warm-up' if s in scores else '—')}</td>"
-                f"<td>{a.get('rounds', '—')}</td><td>{a.get('trials', '—')}</td>"
+                f"<tr><td>{esc(s)}{flag}</td><td>{fmt(sc, '.3f', 'warm-up' if s in scores else '—')}</td>"
+                f"<td>{esc(a.get('rounds', '—'))}</td><td>{esc(a.get('trials', '—'))}</td>"
                 f"<td>{fmt(a.get('best_ms'), '.4f')}</td></tr>"
             )
         last = ""
         if c.get("strategy"):
             last = (
-                f"round {c.get('round')}: <b>{html.escape(str(c['strategy']))}</b> chosen by "
-                f"{html.escape(str(c.get('chosen_by')))} — {html.escape(str(c.get('reason') or ''))}"
+                f"round {esc(c.get('round'))}: <b>{esc(c['strategy'])}</b> chosen by "
+                f"{esc(c.get('chosen_by'))} — {esc(c.get('reason') or '')}"
             )
         return (
-            f"<div style='font-size:12px'>controller mode <b>{html.escape(str(mode))}</b> · {last}"
+            f"<div style='font-size:12px'>controller mode <b>{esc(mode)}</b> · {last}"
             "<table style='font-size:12px'><tr><th>strategy</th><th>score</th><th>rounds</th><th>trials</th>"
             f"<th>best ms</th></tr>{''.join(rows)}</table></div>"
         )

@@ -2,27 +2,47 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workbench.analysis import pairwise_accuracy
+
 from .common import candidate_text, color_of
 from .model import RECORDS, SESSION
 from .stats import decimate, kendall_tau, spearman, topk_recall
 
+QUALITY = [  # round_quality column, line name, dash
+    ("spearman", "Spearman ρ", "solid"),
+    ("kendall", "Kendall τ", "dot"),
+    ("pairwise", "pairwise accuracy", "dashdot"),
+]
+
 
 def round_quality(records: list[dict], topk_share: float = 0.25) -> pd.DataFrame:
-    """One row per round: Spearman rho, Kendall tau, top-k recall of the predicted score vs measured GFLOPS.
+    """One row per round: how well the predicted score (made before measuring) ranked the round's candidates.
 
-    Failed candidates count as 0 GFLOPS for the recall (the model should not put
-    them in its top k) and are left out of the correlations (they have no throughput).
+    - ``spearman``, ``kendall``: rank correlation (Spearman's rho, Kendall's tau-b) of predicted score and
+      measured GFLOPS over the round's successfully measured candidates;
+    - ``pairwise``: pairwise accuracy, over the pairs of successfully measured candidates of the round with
+      different GFLOPS, the share the predicted score orders the same way (a tied score counts as wrong; 0.5 is
+      a coin toss); ``workbench.analysis.pairwise_accuracy``, as in the report and the offline benchmark;
+    - ``topk_recall`` (recall@k, ``k`` = ``topk_share`` of the round, at least 1): the share of the round's true
+      top k (by measured GFLOPS) that are also among the model's top k predictions. Failed candidates count as
+      0 GFLOPS here (the model should not put them in its top k).
+
+    Failed candidates have no throughput and are left out of the other three. A person's what-if records
+    (round 0, ``workbench.whatif``) belong to no search round and are left out.
     """
     rows = []
     df = pd.DataFrame(records)
+    if not df.empty and "round" in df:
+        df = df[df["round"] != 0]
     if df.empty:
-        return pd.DataFrame(columns=["round", "strategy", "n", "spearman", "kendall", "k", "topk_recall"])
+        return pd.DataFrame(columns=["round", "strategy", "n", "spearman", "kendall", "pairwise", "k", "topk_recall"])
     for rnd, g in df.groupby("round", sort=True):
         g = g[g["predicted_score"].notna()]
         ok = g[g["gflops"].notna() & g["error_class"].isna()]
@@ -34,6 +54,7 @@ def round_quality(records: list[dict], topk_share: float = 0.25) -> pd.DataFrame
                 "n": int(len(g)),
                 "spearman": spearman(ok["predicted_score"], ok["gflops"]),
                 "kendall": kendall_tau(ok["predicted_score"], ok["gflops"]),
+                "pairwise": pairwise_accuracy(ok["predicted_score"], ok["gflops"]),
                 "k": k,
                 "topk_recall": topk_recall(g["predicted_score"], g["gflops"].fillna(0.0), k) if len(g) else math.nan,
             }
@@ -81,21 +102,22 @@ class CostModelView:
 
     def _build_traces(self, strategies) -> None:
         self.fig.data = []
-        for s in strategies:
-            self.fig.add_trace(
-                go.Scatter(
-                    name=s,
-                    mode="markers",
-                    marker=dict(color=color_of(s, strategies), size=7, opacity=0.75),
-                    hovertemplate="%{text}<extra></extra>",
-                ),
-                row=1,
-                col=1,
+        traces = [
+            go.Scatter(
+                name=html.escape(s),  # a stored strategy name: legend labels render plotly's HTML subset
+                mode="markers",
+                marker=dict(color=color_of(s, strategies), size=7, opacity=0.75),
+                hovertemplate="%{text}<extra></extra>",
             )
-        for name, dash in (("Spearman ρ", "solid"), ("Kendall τ", "dot"), ("top-k recall", "dash")):
-            self.fig.add_trace(
-                go.Scatter(name=name, mode="lines+markers", line=dict(color="#444", dash=dash)), row=1, col=2
-            )
+            for s in strategies
+        ]
+        traces += [
+            go.Scatter(name=name, mode="lines+markers", line=dict(color="#444", dash=dash))
+            for _col, name, dash in QUALITY + [("topk_recall", "recall@k", "dash")]
+        ]
+        # one message for all of them: a browser redraws once
+        n = len(strategies)
+        self.fig.add_traces(traces, rows=[1] * len(traces), cols=[1] * n + [2] * (len(traces) - n))
         for tr in self.fig.data[: len(strategies)]:
             tr.on_click(self._clicked)
         self._strategies = list(strategies)
@@ -122,6 +144,6 @@ class CostModelView:
                 self._ids[i] = [r["id"] for r in pts]
             q = self.quality
             n = len(self._strategies)
-            for j, col in enumerate(("spearman", "kendall", "topk_recall")):
+            for j, col in enumerate([c for c, _name, _dash in QUALITY] + ["topk_recall"]):
                 self.fig.data[n + j].x = q["round"].tolist()
                 self.fig.data[n + j].y = [None if (v is None or math.isnan(v)) else v for v in q[col]]

@@ -21,16 +21,18 @@ import time
 
 import ipywidgets as W
 
+from workbench.errors import WorkbenchError
 from workbench.events import Event, EventQueue
 from workbench.store import RecordStore
 from workbench.workloads import workload_from_spec
 
 from .controls import ControlsView
 from .costmodel import CostModelView
+from .decisions import DecisionSpaceView
 from .inspector import CandidateInspector
 from .model import STATUS, TERMINAL, SessionModel
 from .sketch import SketchView
-from .table import RecordsTable
+from .table import RecordsTable, csv_path
 from .throughput import ThroughputView
 
 
@@ -41,6 +43,8 @@ class Dashboard:
     emitted are read back from its store); ``Dashboard(session_factory=f)``
     creates one with ``f(trials=, preset=, strategy=)`` when Start is pressed.
     """
+
+    picker = None  # Dashboard.open's SessionPicker: the sessions of its store
 
     def __init__(
         self,
@@ -80,8 +84,10 @@ class Dashboard:
 
         self.throughput = ThroughputView(max_points=max_points)
         self.cost_model = CostModelView(max_points=max_points)
-        self.table = RecordsTable()
-        self.inspector = CandidateInspector(self.model, self._store_of)
+        self.table = RecordsTable(csv_path_of=self._csv_path)
+        self.inspector = CandidateInspector(
+            self.model, self._store_of, session_of=lambda: self.session, on_measured=lambda _rec: self._poke()
+        )
         self.sketches = SketchView(self._workload_of)
         self.controls = ControlsView(
             self, trials=trials, preset=preset, strategy=strategy, can_configure=session is None
@@ -92,6 +98,14 @@ class Dashboard:
             children=[self.cost_model.fig, self.table.widget, self.inspector.widget, self.sketches.widget],
             titles=["Cost model", "Records", "Inspector", "Sketches"],
         )
+        self.decisions = DecisionSpaceView(
+            traces_of=self._traces_of, workload_of=self._workload_of, cost_model_of=self._cost_model_of, poke=self._poke
+        )
+        self.decisions.link(table=self.table, throughput=self.throughput)
+        self.tabs.children = (*self.tabs.children, self.decisions.widget)
+        self.tabs.set_title(len(self.tabs.children) - 1, "Decision space")
+        self.tabs.observe(self._tab_shown, names="selected_index")
+        self.decisions.visible = False
         self.title = W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title or 'Tuning Workbench')}</h3>")
         self.widget = W.VBox([self.title, self.controls.widget, self.throughput.fig, self.tabs])
         if session is not None:
@@ -150,6 +164,52 @@ class Dashboard:
         probe.store.close()
         return dash
 
+    @classmethod
+    def open(cls, db: str, session_id: int | None = None, **kw) -> "Dashboard":
+        """A dashboard over a records store: its sessions in a picker (status as it is now: "interrupted" for one
+        whose process died), the chosen one (default: the latest) shown as stored, and "Resume session" for one
+        that no process is running (``TuningSession.resume``, up to the trial budget beside it)."""
+        from .sessions import SessionPicker, StoredSession, session_rows
+
+        rows = session_rows(db)
+        if not rows:
+            raise WorkbenchError(f"{db!r} holds no session yet")
+        ids = [r["id"] for r in rows]
+        if session_id is None:
+            session_id = ids[-1]
+        elif session_id not in ids:
+            raise WorkbenchError(f"no session {session_id} in {db!r}; its sessions are {ids}")
+        shown = StoredSession(db, session_id)
+        dash = cls(shown, title=kw.pop("title", f"Tuning Workbench · {os.path.basename(db)}"), **kw)
+        dash.picker = SessionPicker(shown.db_path, rows, session_id, show=dash.show_stored, resume=dash.resume_stored)
+        dash.widget.children = (dash.title, dash.picker.widget, *dash.widget.children[1:])
+        return dash
+
+    def show_stored(self, session_id: int) -> None:
+        """Show session ``session_id`` of the opened store as it is stored (the picker's choice)."""
+        from .sessions import StoredSession
+
+        if self._running_here():
+            raise WorkbenchError("the session shown is running here: stop it before showing another one")
+        self.attach(StoredSession(self.picker.db_path, session_id))
+
+    def resume_stored(self, session_id: int | None = None, trials: int | None = None):
+        """Resume a session of the opened store in this kernel (``TuningSession.resume``: no record is lost, the
+        search goes on up to ``trials``) and watch it; returns the ``TuningSession``."""
+        from workbench import TuningSession
+
+        if self._running_here():
+            raise WorkbenchError("the session shown is running here: stop it before resuming another one")
+        sid = self.session.session_id if session_id is None else session_id
+        session = TuningSession.resume(self.picker.db_path, session_id=sid, trials=trials)
+        self.attach(session)
+        self.start()
+        return session
+
+    def _running_here(self) -> bool:
+        s = self.session
+        return s is not None and not getattr(s, "read_only", False) and self._alive(s)
+
     def _ipython_display_(self):
         from IPython.display import display
 
@@ -169,7 +229,7 @@ class Dashboard:
             self._workload = None
             self._request = None
             self._unsubscribe = session.subscribe(self.queue.put)
-            if not session.replay and session.status != "created":
+            if not session.replay:  # a resumed session too: what it did before is in its store
                 for e in self._store_of().events(session.session_id):
                     self.queue.put(Event(e["kind"], session.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
             self._ui_dirty.set()
@@ -184,6 +244,25 @@ class Dashboard:
             s = self.session
             self._store = RecordStore(s.db_path, readonly=True)
         return self._store
+
+    def _traces_of(self) -> dict:
+        """Record id -> stored trace of the attached session (the decision space names decisions from them)."""
+        sid = self.model.session_id
+        return {} if sid is None else {r["id"]: r["trace"] for r in self._store_of().traces(sid)}
+
+    def _cost_model_of(self):
+        return getattr(self.session, "cost_model", None)
+
+    def _csv_path(self, filtered: bool) -> str | None:
+        """Where "Export CSV" writes: next to the attached session's store."""
+        db = getattr(self.session, "db_path", None)
+        return None if not db or self.model.session_id is None else csv_path(db, self.model.session_id, filtered)
+
+    def _tab_shown(self, change) -> None:
+        index = change["new"]
+        self.decisions.visible = index is not None and self.tabs.children[index] is self.decisions.widget
+        if self.decisions.visible:
+            self._poke()  # draw what arrived while it was hidden
 
     def _workload_of(self):
         if self._workload is None:
@@ -264,7 +343,8 @@ class Dashboard:
             self._unsubscribe()
         if self._store is not None:
             self._store.close()
-        for w in (self.widget, self.throughput.fig, self.cost_model.fig):
+        figures = (self.throughput.fig, self.cost_model.fig, self.decisions.fig, self.decisions.importance_fig)
+        for w in (self.widget, *figures):
             w.close()
 
     def _select(self, record_id: int) -> None:
@@ -306,8 +386,11 @@ class Dashboard:
             self.model.apply(ev)
         s = self.session
         if s is not None and not self.model.terminal and s.status in TERMINAL and not self._alive(s):
-            # a ReplaySession stopped mid-way ends without a terminal event; its status is the truth
+            # a ReplaySession ends without a terminal event when stopped mid-way (its status is the truth), or when
+            # the recorded session has none: then the store's status as it is now ("interrupted" for a dead process)
             self.model.status = s.status
+            if s.replay and s.status == "finished" and self._store_of().session_status(s.session_id) == "interrupted":
+                self.model.status = "interrupted"
             self.model.mark(STATUS)
         changes = self.model.take_changes()
         if self._ui_dirty.is_set():
@@ -322,7 +405,10 @@ class Dashboard:
         self.throughput.refresh(self.model, changes)
         self.cost_model.refresh(self.model, changes)
         self.table.refresh(self.model, changes)
+        self.decisions.refresh(self.model, changes)
         self.controls.refresh(self.model, changes, self.session, self._request)
+        if self.picker is not None and changes & {STATUS, "ui"}:
+            self.picker.refresh(self.model.status, busy=self._running_here())
         if "session" in changes:
             self.sketches.set_strategies(self.model.strategies)
         return len(events)

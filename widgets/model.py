@@ -13,7 +13,8 @@ from workbench.noise import NoisePolicy, describe
 
 DRIFT_LIMIT = NoisePolicy.max_probe_drift  # a probe slower than baseline x (1 + this) means a changed machine
 
-TERMINAL = tuple(k.value for k in TERMINAL_KINDS)
+# "interrupted": a stored session whose process died while it ran (workbench.store.effective_status)
+TERMINAL = tuple(k.value for k in TERMINAL_KINDS) + ("interrupted",)
 
 # Aspects a view can depend on.
 SESSION, RECORDS, STATUS, CONTROLLER = "session", "records", "status", "controller"
@@ -122,6 +123,7 @@ class SessionModel:
             self._strategy(s)
         self.trials_done = max(self.trials_done, d.get("trials_done") or 0)
         self.status = "running"
+        self.message = ""  # a resumed session starts again after its earlier end
         self.mark(SESSION, STATUS, CONTROLLER)
 
     def _on_baseline(self, k, d: dict, ev) -> None:
@@ -169,6 +171,7 @@ class SessionModel:
             "round": d.get("round"),
             "n_samples": d.get("n_samples"),
             "seconds": d.get("seconds"),
+            "feature_importance": d.get("feature_importance"),  # when the event carries it (a recording)
         }
         self.mark(CONTROLLER)
 

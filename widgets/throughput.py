@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import candidate_text, color_of
+from .common import candidate_text, color_of, label
 from .model import RECORDS, SESSION
 from .stats import decimate
 
@@ -76,7 +76,7 @@ class ThroughputView:
                 traces.append(
                     (
                         go.Scatter(
-                            name=s,
+                            name=label(s),  # legend labels render plotly's HTML subset
                             legendgroup=s,
                             showlegend=False,
                             mode="markers",
@@ -89,7 +89,7 @@ class ThroughputView:
                 traces.append(
                     (
                         go.Scatter(
-                            name=s,
+                            name=label(s),
                             legendgroup=s,
                             showlegend=col == 1,
                             mode="lines+markers",
