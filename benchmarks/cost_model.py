@@ -137,7 +137,12 @@ def fit(model_name: str, train: list, seed: int, nthread: int):
 
 
 def evaluate(
-    corpus: dict, models: list[str], seed: int, nthread: int, split_fraction: float = 0.8, lowo_preds: dict | None = None
+    corpus: dict,
+    models: list[str],
+    seed: int,
+    nthread: int,
+    split_fraction: float = 0.8,
+    lowo_preds: dict | None = None,
 ) -> dict:
     rng = np.random.default_rng(seed)
     workloads = sorted(w for w, progs in corpus.items() if len(progs) >= 20)
@@ -286,9 +291,7 @@ def write_report(res: dict, results: str) -> None:
             "what the search already chose to measure, so the share of the raw schedule space a rule removes is "
             "larger.",
             "",
-            "| rules | pruned | of top | best kept | "
-            + " | ".join(f"{m} top{k}" for m in models for k in KS)
-            + " |",
+            "| rules | pruned | of top | best kept | " + " | ".join(f"{m} top{k}" for m in models for k in KS) + " |",
             "|---|---|---|---|" + "---|" * (len(models) * len(KS)),
         ]
         none_cells = [f"{_mean(res['models'][m]['lowo'], f'top{k}'):.3f}" for m in models for k in KS]
