@@ -17,3 +17,19 @@ from .shapes import SMALL  # noqa: E402 - after WORKBENCH_NOISE is set for every
 @pytest.fixture
 def small():
     return SMALL
+
+
+DEMO_DB = os.path.join(ROOT, "notebooks", "data", "demo_session.db")
+
+
+@pytest.fixture(scope="module")
+def demo_events():
+    """The events of the recorded demo session (notebooks/data/demo_session.db), as a live view receives them."""
+    from workbench.events import Event
+    from workbench.store import RecordStore
+
+    store = RecordStore(DEMO_DB, readonly=True)
+    sid = store.sessions()[-1]["id"]
+    evs = [Event(e["kind"], sid, e["time"], e["elapsed"], e["data"], e["id"]) for e in store.events(sid)]
+    store.close()
+    return evs

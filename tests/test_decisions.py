@@ -28,7 +28,6 @@ from widgets.decisions import (
 from widgets.stats import topk_recall
 from widgets.table import records_frame
 from workbench.analysis import pairwise_accuracy
-from workbench.events import Event
 from workbench.replay import ReplaySession
 from workbench.store import RecordStore
 
@@ -42,15 +41,6 @@ def demo_records():
     df = store.records(store.sessions()[-1]["id"], with_trace=True)
     store.close()
     return df
-
-
-@pytest.fixture(scope="module")
-def demo_events():
-    store = RecordStore(DEMO_DB, readonly=True)
-    sid = store.sessions()[-1]["id"]
-    evs = [Event(e["kind"], sid, e["time"], e["elapsed"], e["data"], e["id"]) for e in store.events(sid)]
-    store.close()
-    return evs
 
 
 def fed_dashboard(events, db=DEMO_DB):

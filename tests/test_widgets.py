@@ -72,15 +72,6 @@ def figure_updates(log, fig):
 
 
 @pytest.fixture(scope="module")
-def demo_events():
-    store = RecordStore(DEMO_DB, readonly=True)
-    sid = store.sessions()[-1]["id"]
-    evs = [Event(e["kind"], sid, e["time"], e["elapsed"], e["data"], e["id"]) for e in store.events(sid)]
-    store.close()
-    return evs
-
-
-@pytest.fixture(scope="module")
 def demo_records():
     store = RecordStore(DEMO_DB, readonly=True)
     df = store.records(store.sessions()[-1]["id"])
