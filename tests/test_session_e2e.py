@@ -30,16 +30,34 @@ def _session(spec, tmp_path, **kw):
     return TuningSession(spec, db=str(tmp_path / "r.db"), **kw)
 
 
+@pytest.fixture(scope="module")
+def all_strategies(tmp_path_factory):
+    """``run(key)``: one finished session per workload of SMALL over every strategy, 2 trials a round (so warm-up
+    gives each strategy a round), run once for the module: (session, summary, events, its directory)."""
+    done = {}
+
+    def run(key):
+        if key not in done:
+            where = tmp_path_factory.mktemp(key)
+            s = _session(SMALL[key], where, strategy="all", trials=8, trials_per_round=2)
+            events = []
+            s.subscribe(events.append)
+            done[key] = (s, s.run(), events, where)
+        return done[key]
+
+    return run
+
+
 @pytest.mark.parametrize("key", ["conv_nhwc", "conv_nchw", "depthwise", "matmul"])
-def test_every_strategy_tunes_and_verifies(key, tmp_path):
-    s = _session(SMALL[key], tmp_path, strategy="all", trials=16, trials_per_round=4)
-    events = []
-    s.subscribe(events.append)
-    summ = s.run()
-    assert summ["status"] == "finished" and summ["trials"] == 16
+def test_every_strategy_tunes_and_verifies(key, all_strategies):
+    s, summ, events, tmp_path = all_strategies(key)
+    assert summ["status"] == "finished" and summ["trials"] == 8
+    # Warm-up gives every strategy a round; a round may measure fewer than 2 when the search finds fewer new
+    # programs in so small a space, and the budget left goes to a further round.
+    assert sum(summ["strategies"][n]["trials"] for n in summ["strategies"]) == 8
     for name in ("no-rewrite", "transform-stage", "pre-transformed", "packed"):
         st = summ["strategies"][name]
-        assert st["trials"] == 4
+        assert st["trials"] >= 1
         assert st["verified"], (name, st)
     # (Improvement over the naive program is asserted on a bigger workload below: for shapes this small,
     # LLVM's auto-vectorised naive loop can beat any parallel schedule's thread-pool start-up.)
@@ -112,7 +130,7 @@ def test_same_seed_same_first_proposals(tmp_path):
     props = []
     for i in range(2):
         (tmp_path / str(i)).mkdir()
-        s = _session(SMALL["matmul"], tmp_path / str(i), strategy="no-rewrite", trials=8, seed=7, deterministic=True)
+        s = _session(SMALL["matmul"], tmp_path / str(i), strategy="no-rewrite", trials=4, seed=7, deterministic=True)
         got = []
         s.subscribe(
             lambda e, got=got: (
@@ -240,17 +258,16 @@ def test_resume_after_sigkill_loses_nothing(tmp_path):
     assert after["mod_hash"].is_unique
 
 
-def test_export_roundtrip_through_metaschedule(tmp_path):
+def test_export_roundtrip_through_metaschedule(all_strategies, tmp_path):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from workbench import tvm_env
     from workbench.metaschedule_db import import_dir
 
-    s = _session(SMALL["conv_nhwc"], tmp_path, strategy="all", trials=16, trials_per_round=4)
-    s.run()
+    s, _summary, _events, tuned_in = all_strategies("conv_nhwc")
     out = tmp_path / "ms"
-    r = _cli("export", str(tmp_path / "r.db"), "--metaschedule", str(out))
+    r = _cli("export", str(tuned_in / "r.db"), "--metaschedule", str(out))
     assert r.returncode == 0, r.stderr
     w = workload_from_spec(SMALL["conv_nhwc"])
     db = ms.database.JSONDatabase(work_dir=str(out))

@@ -334,6 +334,9 @@ class Dashboard:
         done = self.session.wait(timeout) if self.session is not None else True
         if done:
             self._stop_pump()
+            # the pump may have drawn the final status while the session's thread was still alive: draw the
+            # controls once more so that what was disabled for a running session is enabled again
+            self._ui_dirty.set()
         self.pump_once()
         return done
 
