@@ -1,7 +1,9 @@
 """The dashboard in a real JupyterLab, driven by headless Chromium: the quickstart tuning for real, and a hostile
-records store opened without running any of the script it holds. One JupyterLab serves both tests."""
+records store opened without running any of the script it holds, and the views with controls (decision-space
+brush, what-if, compare) on recorded sessions. One JupyterLab serves all three tests."""
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -52,7 +54,30 @@ def lab(tmp_path_factory):
             ),
         ]
         nbformat.write(nb, os.path.join(root, "hostile.ipynb"))
+        nbformat.write(_views_notebook(), os.path.join(root, "views.ipynb"))
         yield url, token, info
+
+
+def _views_notebook():
+    """Two tiny finished sessions in one store: the first on a dashboard (its decision space and what-if), both in
+    a compare view that draws the first alone until the picker adds the second."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "from workbench import TuningSession\n"
+            "from widgets import CompareView, Dashboard\n\n"
+            'kw = dict(db="views.db", trials=4, trials_per_round=2, population=32, generations=1, '
+            "init_min_unmeasured=8)\n"
+            'sessions = [TuningSession("matmul-128", strategy=s, **kw) for s in ("no-rewrite", "transform-stage")]\n'
+            "for s in sessions:\n"
+            "    s.run()\n"
+            'dash = Dashboard(sessions[0], title="views")\n'
+            "dash"
+        ),
+        nbformat.v4.new_code_cell('CompareView("views.db", sessions=[("views.db", sessions[0].session_id)])'),
+    ]
+    return nb
 
 
 def _wait(cond, timeout, what):
@@ -123,8 +148,10 @@ def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
             first = _wait(points, 240, "the throughput curves to show measured points")
             more = _wait(lambda: points() > first and points(), 240, "more points while tuning")
             assert more > first
-            # a fuller picture for the screenshot: about 16 trials (two points each, plus the best-so-far markers)
-            _wait(lambda: points() >= 40, 240, "some 16 trials on the curves")
+            if os.environ.get("WORKBENCH_UPDATE_SCREENSHOTS") == "1":
+                # a fuller picture for the published screenshot: about 16 trials (two points each, plus the
+                # best-so-far markers)
+                _wait(lambda: points() >= 40, 240, "some 16 trials on the curves")
             dash.scroll_into_view_if_needed()
             mid = os.path.join(ARTIFACTS, "dashboard-mid-tuning.png")
             dash.screenshot(path=mid)
@@ -207,6 +234,88 @@ def test_a_hostile_store_runs_no_script_in_jupyterlab(lab):
             assert PWNED in PAYLOADS[0]
         except Exception:
             page.screenshot(path=os.path.join(ARTIFACTS, "hostile-failure.png"))
+            raise
+        finally:
+            browser.close()
+
+
+def test_recorded_session_views_answer_their_controls_in_jupyterlab(lab):
+    """The views with controls, driven as a person would: a brush on the decision space's GFLOPS axis filters the
+    records table; an edited decision in the inspector is measured as a variant chosen by the user; the compare
+    view's picker adds a session to the plot."""
+    _chromium()
+    from playwright.sync_api import sync_playwright
+
+    url, token, _info = lab
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        try:
+            _run_notebook(page, url, token, "views.ipynb")
+            dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-status")).first
+            dash.wait_for(state="visible", timeout=300_000)
+            status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
+            _wait(lambda: "finished" in status(), 60, "the session to read finished")
+
+            # decision space: drag along the GFLOPS axis over its upper half
+            dash.locator(".lm-TabBar-tab", has_text="Decision space").first.click()
+            space = dash.locator(".wb-decision-space").first
+            axis = space.locator(".parcoords .y-axis").filter(has=page.locator(".axis-title", has_text="GFLOPS")).first
+            axis.wait_for(state="visible", timeout=60_000)
+            axis.scroll_into_view_if_needed()
+            box = axis.locator(".axis-brush .background").first.bounding_box()
+            x = box["x"] + box["width"] / 2
+            page.mouse.move(x, box["y"] + 2)
+            page.mouse.down()
+            page.mouse.move(x, box["y"] + box["height"] * 0.5, steps=12)
+            page.mouse.up()
+            dash.locator(".lm-TabBar-tab", has_text="Records").first.click()
+            note = dash.locator(".widget-html", has_text="filtered by the decision-space brush").first
+            _wait(lambda: note.count() and note.is_visible(), 30, "the records table to follow the brush")
+            shown, total = (int(v) for v in re.search(r"(\d+) of (\d+) measured", note.inner_text()).groups())
+            assert 0 < shown < total, (shown, total)
+            table = dash.locator(".wb-table").first
+            _wait(lambda: table.locator("tbody tr").count() == shown, 30, "the table to show the brushed rows")
+            dash.screenshot(path=os.path.join(ARTIFACTS, "views-brushed.png"))
+
+            # what-if: trial 1 in the inspector, a tile decision's factors reversed (same product), measured
+            dash.locator(".lm-TabBar-tab", has_text="Inspector").first.click()
+            inspector = dash.locator(".wb-inspector").first
+            inspector.locator(".widget-inline-hbox input").first.fill("1")
+            inspector.locator(".widget-button", has_text="Inspect").first.click()
+            inspector.locator(".lm-TabBar-tab", has_text="trace & decisions").first.click()
+            whatif = inspector.locator(".wb-whatif").first
+            fields = whatif.locator(".widget-text input")
+            _wait(lambda: fields.count(), 60, "the what-if fields")
+            for i in range(fields.count()):
+                factors = [f.strip() for f in fields.nth(i).input_value().split(",")]
+                if len(factors) > 1 and factors != factors[::-1]:
+                    fields.nth(i).fill(", ".join(factors[::-1]))
+                    fields.nth(i).press("Enter")
+                    break
+            else:
+                raise AssertionError("no tile decision whose factors change when reversed")
+            whatif.locator(".widget-button", has_text="Measure this variant").click()
+            opened = whatif.locator(".widget-button", has_text="Inspect record")
+            _wait(lambda: opened.count() and opened.is_visible(), 180, "the variant to be measured")
+            assert "verified" in whatif.inner_text(), whatif.inner_text()
+            opened.click()
+            _wait(lambda: "chosen by user" in inspector.inner_text(), 30, "the new record in the inspector")
+            dash.screenshot(path=os.path.join(ARTIFACTS, "views-what-if.png"))
+
+            # compare: one session drawn, then both picked
+            compare = page.locator(".wb-compare").first
+            compare.scroll_into_view_if_needed()
+            curves = lambda: compare.locator(".scatterlayer .trace").count()  # noqa: E731
+            _wait(lambda: curves() == 1, 30, "the compare view's single curve")
+            picker = compare.locator(".widget-select-multiple select").first
+            assert picker.locator("option").count() == 2
+            picker.select_option(index=[0, 1])
+            _wait(lambda: curves() == 2, 30, "a second curve once both sessions are picked")
+            compare.screenshot(path=os.path.join(ARTIFACTS, "views-compare.png"))
+        except Exception:
+            page.screenshot(path=os.path.join(ARTIFACTS, "views-failure.png"))
             raise
         finally:
             browser.close()

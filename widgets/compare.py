@@ -118,6 +118,7 @@ class CompareView:
                 self.fig,
             ]
         )
+        self.widget.add_class("wb-compare")  # a stable hook for browser tests
         for p in dbs:
             self.add_store(p, select=sessions is None)
         if sessions is not None:

@@ -790,6 +790,7 @@ class DecisionSpaceView:
                 W.HTML(f"<div style='font-size:12px;max-width:900px'>{READING}</div>"),
             ]
         )
+        self.widget.add_class("wb-decision-space")  # a stable hook for browser tests
         self.highlight_button.on_click(lambda _b: self.select_trials(self.trials.value))
         self.trials.observe(lambda c: self.select_trials(c["new"]), names="value")
         self.clear_button.on_click(lambda _b: self.clear())

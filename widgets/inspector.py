@@ -140,6 +140,7 @@ class WhatIfEditor:
         self.open_new = W.Button(description="Inspect the new record", layout=W.Layout(width="190px", display="none"))
         self.result = W.HTML()
         self.widget = W.VBox([self.note, self.rows, W.HBox([self.button, self.open_new]), self.result])
+        self.widget.add_class("wb-whatif")  # stable hooks for browser tests
         self.button.on_click(lambda _b: self.measure())
         self.open_new.on_click(lambda _b: self._open_new())
         self.record = None
@@ -272,6 +273,7 @@ class CandidateInspector:
         tab_children[1] = W.VBox([self.what_if.widget, self.panes[1]])
         self.tabs = W.Tab(children=tab_children, titles=self.TABS)
         self.widget = W.VBox([W.HBox([self.trial, self.go, self.header]), self.tabs])
+        self.widget.add_class("wb-inspector")
         self.go.on_click(lambda _b: self.show_trial(self.trial.value))
         self.record_id = None
         self._cache: OrderedDict = OrderedDict()
