@@ -12,7 +12,7 @@ import time
 import pytest
 
 from widgets import Dashboard
-from workbench.events import CandidateMeasured
+from workbench.events import CandidateMeasured, Event
 from workbench.store import (
     RecordStore,
     effective_status,
@@ -148,6 +148,45 @@ def test_dashboard_open_lists_the_sessions_and_shows_the_chosen_one(tmp_path):
     RecordStore(empty).close()
     with pytest.raises(Exception, match="holds no session"):
         Dashboard.open(empty)
+
+
+def test_a_session_of_records_alone_shows_and_replays_like_any_other(tmp_path):
+    """A transfer-tuning or imported session writes records, no events: its events are implied by its records."""
+    db = str(tmp_path / "records-only.db")
+    shutil.copy(DEMO_DB, db)
+    c = sqlite3.connect(db)
+    c.execute("DELETE FROM events")
+    c.commit()
+    c.close()
+    store = RecordStore(db, readonly=True)
+    (sid,) = [s["id"] for s in store.sessions()]
+    recs = store.records(sid)
+    implied = store.session_events(sid)
+    store.close()
+    kinds = [e["kind"] for e in implied]
+    assert kinds == ["session_started"] + ["candidate_measured"] * len(recs) + ["finished"]
+    for e in implied:  # each one is its kind's typed payload
+        assert Event(e["kind"], sid, e["time"], e["elapsed"], e["data"]).payload is not None, e["kind"]
+    ok = recs[recs["error_class"].isna() & recs["verified"]]
+    running_min = ok["latency_ms"].cummin()
+    bests = [e["data"]["record"]["id"] for e in implied if e["kind"] == "candidate_measured" and e["data"]["new_best"]]
+    assert bests == list(ok["id"][running_min.diff().fillna(-1) < 0])
+    dash = Dashboard.open(db, autopump=False)
+    try:
+        m = dash.model
+        assert m.status == "finished" and len(m.records) == len(recs) == m.trials_done
+        assert m.workload == recs["workload"].iloc[0]
+        assert sum(len(tr.x or ()) for tr in dash.throughput.fig.data) > 0
+        assert f"{ok['gflops'].max():.1f} GFLOPS" in dash.controls.status.value
+    finally:
+        dash.close()
+    replay = Dashboard.replay(db, speed=1000.0, max_gap=0.0, autopump=False)
+    try:
+        assert replay.start().wait(30)
+        replay.pump_once()
+        assert replay.model.status == "finished" and len(replay.model.records) == len(recs)
+    finally:
+        replay.close()
 
 
 def test_a_replay_of_an_interrupted_session_ends_interrupted(tmp_path):

@@ -230,7 +230,7 @@ class Dashboard:
             self._request = None
             self._unsubscribe = session.subscribe(self.queue.put)
             if not session.replay:  # a resumed session too: what it did before is in its store
-                for e in self._store_of().events(session.session_id):
+                for e in self._store_of().session_events(session.session_id):
                     self.queue.put(Event(e["kind"], session.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
             self._ui_dirty.set()
         self.pump_once()
@@ -245,10 +245,11 @@ class Dashboard:
             self._store = RecordStore(s.db_path, readonly=True)
         return self._store
 
-    def _traces_of(self) -> dict:
-        """Record id -> stored trace of the attached session (the decision space names decisions from them)."""
+    def _traces_of(self, after_id: int = 0) -> dict:
+        """Record id -> stored trace of the attached session's records after ``after_id`` (the decision space
+        names decisions from them)."""
         sid = self.model.session_id
-        return {} if sid is None else {r["id"]: r["trace"] for r in self._store_of().traces(sid)}
+        return {} if sid is None else {r["id"]: r["trace"] for r in self._store_of().traces(sid, after_id)}
 
     def _cost_model_of(self):
         return getattr(self.session, "cost_model", None)

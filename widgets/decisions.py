@@ -716,7 +716,8 @@ SELECTED = "selected"  # the axis of the records selected on the curves or by tr
 class DecisionSpaceView:
     """Parallel coordinates over a session's decisions, and what mattered for measured speed.
 
-    ``traces_of()`` returns record id -> stored trace (the dashboard reads them from the read-only store);
+    ``traces_of(after_id)`` returns record id -> stored trace of the records with ids above ``after_id`` (the
+    dashboard reads them from the read-only store);
     ``workload_of()`` the workload, for loop names; ``cost_model_of()`` the live session's cost model (None for
     a replay: then its importance comes from ``model_trained`` events that carry it). ``poke()`` asks the
     dashboard's pump for a redraw: a brush (on the comm thread) only records its ranges, and the pump applies
@@ -922,7 +923,8 @@ class DecisionSpaceView:
             missing = [r.get("id") for r in self._records if r.get("id") is not None and r["id"] not in self._traces]
             if missing:
                 try:
-                    self._traces.update(self.traces_of())
+                    # a what-if record can arrive with an id below a later search record's: ask from the lowest
+                    self._traces.update(self.traces_of(min(missing) - 1))
                 except Exception:  # a store that cannot be read now: decisions by position meanwhile
                     pass
         strategies = getattr(self._model, "strategies", None)

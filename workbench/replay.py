@@ -41,7 +41,7 @@ class ReplaySession:
             raise WorkbenchError("replay speed must be positive")
         self.speed = speed
         self.max_gap = max_gap
-        self._events = self.store.events(self.session_id)
+        self._events = self.store.session_events(self.session_id)
         self._bus = EventBus()
         self._running = threading.Event()
         self._running.set()

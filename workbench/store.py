@@ -581,12 +581,15 @@ class RecordStore:
             out.append((r["strategy"], _features(r["features"], r["feature_rows"]), lat, r["mod_hash"]))
         return out
 
-    def traces(self, session_id: int):
+    def traces(self, session_id: int, after_id: int = 0):
+        """Id, strategy, trace and timing of the session's records with ids above ``after_id`` (a view that holds
+        the earlier ones asks only for the new)."""
         return [
             dict(r)
             for r in self.conn.execute(
-                "SELECT id, strategy, trace, run_secs, latency_ms, error_class, mod_hash FROM records WHERE session_id=? ORDER BY id",
-                (session_id,),
+                "SELECT id, strategy, trace, run_secs, latency_ms, error_class, mod_hash FROM records"
+                " WHERE session_id=? AND id>? ORDER BY id",
+                (session_id, after_id),
             )
         ]
 
@@ -617,6 +620,78 @@ class RecordStore:
                 "SELECT * FROM events WHERE session_id=? AND id>? ORDER BY id", (session_id, after_id)
             )
         ]
+
+    def session_events(self, session_id: int) -> list[dict]:
+        """The session's stored events, as ``events``; for a session that stored none but holds records (a
+        transfer-tuning or an imported session writes records only), the events those records imply: its start,
+        one ``candidate_measured`` per record (``new_best`` / ``strategy_best`` as the running minimum of its
+        verified latencies says) and its end, without ids. Views then show every session the same way."""
+        stored = self.events(session_id)
+        if stored:
+            return stored
+        row = self.session(session_id)
+        select = ", ".join(self._col(c) for c in RECORD_COLUMNS)
+        records = [
+            dict(r)
+            for r in self.conn.execute(f"SELECT {select} FROM records WHERE session_id=? ORDER BY id", (session_id,))
+        ]
+        if not records:
+            return []
+        t0 = row["created_at"]
+
+        def event(kind, when, data, elapsed=None):
+            elapsed = max(0.0, when - t0) if elapsed is None else elapsed
+            return {"id": None, "kind": kind, "time": when, "elapsed": elapsed, "data": data}
+
+        first = next((r for r in records if r["gflops"] and r["latency_ms"]), None)
+        flops = first["gflops"] * 1e9 * first["latency_ms"] / 1e3 if first else None
+        out = [
+            event(
+                "session_started",
+                t0,
+                {
+                    "workload": row["workload"],
+                    "spec": row["spec"],
+                    "flops": flops,
+                    "target": row["target"],
+                    "trials": row["trials"],
+                    "preset": row["preset"],
+                    "seed": row["seed"],
+                    "strategies": row["strategies"] or sorted({r["strategy"] for r in records}),
+                    "mode": "fixed",
+                    "db": self.path,
+                    "resumed": False,
+                    "trials_done": 0,
+                },
+            )
+        ]
+        best, per_strategy = None, {}
+        for r in records:
+            r["run_secs"] = json.loads(r["run_secs"]) if r["run_secs"] else []
+            for k in ("verified", "is_best", "noisy"):
+                r[k] = bool(r[k])
+            ok = r["error_class"] is None and r["verified"] and r["latency_ms"] is not None
+            new_best = ok and (best is None or r["latency_ms"] < best)
+            strategy_best = ok and r["latency_ms"] < per_strategy.get(r["strategy"], float("inf"))
+            if new_best:
+                best = r["latency_ms"]
+            if strategy_best:
+                per_strategy[r["strategy"]] = r["latency_ms"]
+            when = r["measured_at"] or t0
+            out.append(
+                event(
+                    "candidate_measured",
+                    when,
+                    {"record": r, "new_best": new_best, "strategy_best": strategy_best},
+                    elapsed=r["elapsed_s"],
+                )
+            )
+        if row["status"] in ("finished", "stopped", "failed"):
+            end = (
+                {"trials_done": len(records), "best_latency_ms": best} if row["status"] != "failed" else {"message": ""}
+            )
+            out.append(event(row["status"], row["updated_at"], end))
+        return out
 
     def summary(self) -> dict:
         c = self.conn
