@@ -55,6 +55,7 @@ def lab(tmp_path_factory):
         ]
         nbformat.write(nb, os.path.join(root, "hostile.ipynb"))
         nbformat.write(_views_notebook(), os.path.join(root, "views.ipynb"))
+        info["lab_root"] = root
         yield url, token, info
 
 
@@ -246,7 +247,8 @@ def test_recorded_session_views_answer_their_controls_in_jupyterlab(lab):
     _chromium()
     from playwright.sync_api import sync_playwright
 
-    url, token, _info = lab
+    url, token, info = lab
+    lab_root = info["lab_root"]
     os.makedirs(ARTIFACTS, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -258,7 +260,7 @@ def test_recorded_session_views_answer_their_controls_in_jupyterlab(lab):
             status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
             _wait(lambda: "finished" in status(), 60, "the session to read finished")
 
-            # decision space: drag along the GFLOPS axis over its upper half
+            # decision space: drag along the GFLOPS axis over its upper half, from its middle to beyond its top
             dash.locator(".lm-TabBar-tab", has_text="Decision space").first.click()
             space = dash.locator(".wb-decision-space").first
             axis = space.locator(".parcoords .y-axis").filter(has=page.locator(".axis-title", has_text="GFLOPS")).first
@@ -266,9 +268,9 @@ def test_recorded_session_views_answer_their_controls_in_jupyterlab(lab):
             axis.scroll_into_view_if_needed()
             box = axis.locator(".axis-brush .background").first.bounding_box()
             x = box["x"] + box["width"] / 2
-            page.mouse.move(x, box["y"] + 2)
+            page.mouse.move(x, box["y"] + box["height"] * 0.55)
             page.mouse.down()
-            page.mouse.move(x, box["y"] + box["height"] * 0.5, steps=12)
+            page.mouse.move(x, box["y"] - 12, steps=12)  # past the top: the brush reaches the axis maximum
             page.mouse.up()
             dash.locator(".lm-TabBar-tab", has_text="Records").first.click()
             note = dash.locator(".widget-html", has_text="filtered by the decision-space brush").first
@@ -277,6 +279,14 @@ def test_recorded_session_views_answer_their_controls_in_jupyterlab(lab):
             assert 0 < shown < total, (shown, total)
             table = dash.locator(".wb-table").first
             _wait(lambda: table.locator("tbody tr").count() == shown, 30, "the table to show the brushed rows")
+            # Export CSV writes the rows inside the brush next to the store, and says where
+            dash.locator(".widget-button", has_text="Export CSV").first.click()
+            wrote = dash.locator(".widget-html", has_text="records inside the decision-space brush").first
+            _wait(lambda: wrote.count() and wrote.is_visible(), 30, "the export to say what it wrote")
+            path = re.search(r"to (\S+\.csv)", wrote.inner_text()).group(1)
+            assert f"wrote {shown} records" in wrote.inner_text()
+            with open(os.path.join(lab_root, path)) as f:
+                assert len(f.read().strip().splitlines()) == shown + 1  # a header and the brushed rows
             dash.screenshot(path=os.path.join(ARTIFACTS, "views-brushed.png"))
 
             # what-if: trial 1 in the inspector, a tile decision's factors reversed (same product), measured
