@@ -3,7 +3,7 @@
 For each workload (none of them in the offline corpus of ``cost_model.py``) and seed, every variant tunes
 the same budget with strategy ``no-rewrite`` into one store; each variant is a set of preset fields
 (``VARIANTS``). The model and pruning variants run with one search thread (``deterministic``), so a seed
-gives paired sessions that differ only in the variant; ``all cores`` is the default pack-sum search on every
+gives paired sessions that differ only in the variant; ``pack-sum on all cores`` is the default pack-sum search on every
 core, for the search-threads speed-up in wall time. Each session's final best program is rebuilt from its
 stored trace and re-measured, all variants of a workload interleaved in shuffled order, ``--repeats``
 times (the median is its latency). Curves (best-so-far vs trials and vs wall seconds) are in-session.
@@ -44,9 +44,18 @@ VARIANTS = {
     "pack-sum + pruning": {"cost_model": "pack-sum", "deterministic": True, "pruning": "all"},
     "pairwise-rank": {"cost_model": "pairwise-rank", "deterministic": True},
     "pairwise-rank + pruning": {"cost_model": "pairwise-rank", "deterministic": True, "pruning": "all"},
-    "pack-sum, all cores": {"cost_model": "pack-sum", "deterministic": False},
+    "pack-sum on all cores": {"cost_model": "pack-sum", "deterministic": False},
 }
 BASELINE = "pack-sum"
+
+
+def parse_variants(text: str) -> list[str]:
+    """A comma list of VARIANTS names (spaces around a name ignored) -> the names; ValueError for an unknown one."""
+    variants = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        raise ValueError(f"unknown variant {(bad or [text])[0]!r}; valid: {', '.join(VARIANTS)}")
+    return variants
 
 
 def variant_of(sess) -> str | None:
@@ -217,10 +226,10 @@ def main():
     ap.add_argument("--results", default=RESULTS)
     ap.add_argument("--force", action="store_true", help="run on a busy machine; the result is marked invalid")
     args = ap.parse_args()
-    variants = args.variants.split(",")
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad:
-        sys.exit(f"search_variants.py: unknown variant {bad[0]!r}; valid: {', '.join(VARIANTS)}")
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as e:
+        sys.exit(f"search_variants.py: {e}")
     from workbench import tvm_env
     from workbench.store import remove_store
     from workbench.workloads import registry

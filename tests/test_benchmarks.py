@@ -707,8 +707,12 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
 
     assert sv.variant_of(sess("pack-sum", True)) == "pack-sum"
     assert sv.variant_of(sess("pack-sum", True, ["unvectorized", "vector-width", "serial"])) == "pack-sum + pruning"
-    assert sv.variant_of(sess("pack-sum", False)) == "pack-sum, all cores"
+    assert sv.variant_of(sess("pack-sum", False)) == "pack-sum on all cores"
     assert sv.variant_of(sess("pack-sum", True, ["serial"])) is None  # not one of ours
+    # the default --variants (every name joined by commas) parses back to every variant
+    assert sv.parse_variants(",".join(sv.VARIANTS)) == list(sv.VARIANTS)
+    with pytest.raises(ValueError, match="unknown variant 'fast'"):
+        sv.parse_variants("pack-sum, fast")
     assert sv.variant_of(dict(sess("pairwise-rank", True), strategy_arg="auto")) is None
 
     def run(best, seconds, h):
