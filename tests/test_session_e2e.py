@@ -308,3 +308,61 @@ def test_verify_rejects_a_wrong_result():
     unwritten[0, 0] = np.nan  # an element the kernel never wrote
     assert not measure.verify(unwritten, ref)[0]
     assert not measure.verify(ref[:4].astype(np.float32), ref)[0]  # wrong shape
+
+
+def test_the_next_round_is_searched_while_this_one_builds_and_never_while_a_kernel_is_timed(tmp_path, monkeypatch):
+    """Preset ``overlap`` (the default): the search of round k+1 runs while round k's programs build in the
+    builder's processes; no search and no build runs while the local runner times a kernel."""
+    import threading
+
+    from workbench import loop, measure
+
+    spans, lock = [], threading.Lock()
+
+    def spanned(kind, fn):
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                with lock:
+                    spans.append((kind, t0, time.perf_counter()))
+
+        return wrapper
+
+    monkeypatch.setattr(loop.Propose, "__call__", spanned("search", loop.Propose.__call__))
+    monkeypatch.setattr(measure.Builder, "build", spanned("build", measure.Builder.build))
+    monkeypatch.setattr(measure.Runner, "run", spanned("time", measure.Runner.run))
+    s = _session(SMALL["matmul"], tmp_path, strategy="no-rewrite", trials=8, trials_per_round=2)
+    assert s.preset.overlaps
+    rounds = []
+    s.subscribe(lambda e: e.kind == "round_finished" and rounds.append(e.data))
+    summ = s.run()
+    assert summ["status"] == "finished" and summ["trials"] == 8
+    rec = s.records()
+    assert len(rec) == 8 and rec["mod_hash"].is_unique  # nothing searched ahead was measured twice
+
+    def overlap(a, b):
+        return a[1] < b[2] and b[1] < a[2]
+
+    timed = [x for x in spans if x[0] == "time"]
+    busy = [x for x in spans if x[0] in ("search", "build")]
+    assert timed and busy
+    clashes = [(t, b) for t in timed for b in busy if overlap(t, b)]
+    assert not clashes, clashes[:3]
+    ahead = [(a, b) for a in busy if a[0] == "search" for b in busy if b[0] == "build" and overlap(a, b)]
+    assert ahead, "no search ran while a round built"
+    assert s.phase_seconds["search_overlapped"] > 0
+    # the timeline the dashboard draws: a round's search ahead lies inside its build span
+    from widgets.timeline import timeline_frame
+
+    f = timeline_frame(rounds)
+    inside = [
+        (a, b)
+        for _, a in f[f["phase"] == "search_overlapped"].iterrows()
+        for _, b in f[(f["phase"] == "build") & (f["round"] == a["round"])].iterrows()
+        if b["start"] <= a["start"] and a["end"] <= b["end"] + 0.01
+    ]
+    assert inside, f
+    # deterministic: one thread, no overlap
+    assert not s.preset.__class__(**{**s.preset.to_dict(), "deterministic": True}).overlaps

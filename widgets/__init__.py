@@ -13,6 +13,7 @@ from .model import SessionModel
 from .sketch import SketchView
 from .table import RecordsTable
 from .throughput import ThroughputView
+from .timeline import TimelineView, timeline_frame
 
 __all__ = [
     "Dashboard",
@@ -25,6 +26,8 @@ __all__ = [
     "ControlsView",
     "RecordsTable",
     "DecisionSpaceView",
+    "TimelineView",
+    "timeline_frame",
     "decision_table",
     "round_quality",
 ]

@@ -34,6 +34,7 @@ from .model import STATUS, TERMINAL, SessionModel
 from .sketch import SketchView
 from .table import RecordsTable, csv_path
 from .throughput import ThroughputView
+from .timeline import TimelineView
 
 
 class Dashboard:
@@ -102,8 +103,10 @@ class Dashboard:
             traces_of=self._traces_of, workload_of=self._workload_of, cost_model_of=self._cost_model_of, poke=self._poke
         )
         self.decisions.link(table=self.table, throughput=self.throughput)
-        self.tabs.children = (*self.tabs.children, self.decisions.widget)
-        self.tabs.set_title(len(self.tabs.children) - 1, "Decision space")
+        self.timeline = TimelineView()
+        self.tabs.children = (*self.tabs.children, self.decisions.widget, self.timeline.widget)
+        self.tabs.set_title(len(self.tabs.children) - 2, "Decision space")
+        self.tabs.set_title(len(self.tabs.children) - 1, "Timeline")
         self.tabs.observe(self._tab_shown, names="selected_index")
         self.decisions.visible = False
         self.title = W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title or 'Tuning Workbench')}</h3>")
@@ -347,7 +350,13 @@ class Dashboard:
             self._unsubscribe()
         if self._store is not None:
             self._store.close()
-        figures = (self.throughput.fig, self.cost_model.fig, self.decisions.fig, self.decisions.importance_fig)
+        figures = (
+            self.throughput.fig,
+            self.cost_model.fig,
+            self.decisions.fig,
+            self.decisions.importance_fig,
+            self.timeline.fig,
+        )
         for w in (self.widget, *figures):
             w.close()
 
@@ -410,6 +419,7 @@ class Dashboard:
         self.cost_model.refresh(self.model, changes)
         self.table.refresh(self.model, changes)
         self.decisions.refresh(self.model, changes)
+        self.timeline.refresh(self.model, changes)
         self.controls.refresh(self.model, changes, self.session, self._request)
         if self.picker is not None and changes & {STATUS, "ui"}:
             self.picker.refresh(self.model.status, busy=self._running_here())

@@ -156,7 +156,13 @@ class SessionModel:
 
     def _on_round_finished(self, k, d: dict, ev) -> None:
         info = self.rounds.setdefault(d.get("round"), {"round": d.get("round")})
-        info.update(measured=d.get("measured"), errors=d.get("errors"), round_best_ms=d.get("round_best_ms"))
+        info.update(
+            strategy=d.get("strategy"),
+            measured=d.get("measured"),
+            errors=d.get("errors"),
+            round_best_ms=d.get("round_best_ms"),
+            phase_spans=d.get("phase_spans"),
+        )
         state = d.get("controller")
         if state:
             self.controller["arms"] = state.get("arms", {})

@@ -360,6 +360,26 @@ class StrategyController:
             self.last = d
             return d
 
+    def likely_next(self, current: str) -> str | None:
+        """The strategy this controller will most likely choose after the round of ``current`` now running,
+        without choosing (no state changes): the pick in manual and fixed mode, the next in turn for round-robin
+        and the warm-up, else ``current`` (the arm just chosen usually keeps its lead for another round)."""
+        with self._lock:
+            live = self.live()
+            if not live:
+                return None
+            if self.mode == "manual" and self._manual:
+                return self._manual
+            if self.mode == "fixed":
+                return live[0]
+            if self.mode == "round-robin":
+                return live[self._rr % len(live)]
+            rounds = {s: self.arms[s].rounds + (s == current) for s in live}
+            cold = [s for s in live if rounds[s] < self.warmup_rounds]
+            if cold:
+                return min(cold, key=lambda x: rounds[x])
+            return current if current in live else None
+
     def _decide_auto(self, live) -> Decision:
         scores = self._scores(live)
         cold = [s for s in live if self.arms[s].rounds < self.warmup_rounds]

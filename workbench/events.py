@@ -199,6 +199,8 @@ class RoundFinished(Payload):
     pruned: list
     controller: dict  # the controller's state
     phase_seconds: dict  # the round's wall seconds per step of the loop (session.PHASES)
+    # When each step ran: [phase, start, end] in session-elapsed seconds (a timeline of the loop).
+    phase_spans: list | None = optional()
     # Rule-based pruning (workbench.pruning), when enabled: this round's proposals dropped per rule, and the
     # session's running counts over every program the search scored.
     pruned_programs: dict | None = optional()

@@ -33,8 +33,9 @@ from .store import RecordStore, program_hash
 
 # The loop's phases, timed per round (round_finished.phase_seconds): cross-seeding, the evolutionary search,
 # feature extraction + prediction, compilation, timing (with verification, confirmation and recording),
-# retraining the cost model.
-PHASES = ("search", "features", "build", "measure", "cross_seed", "train")
+# retraining the cost model, and the next round's search run while this round built (preset ``overlap``; its
+# wall time lies inside "build").
+PHASES = ("search", "features", "build", "measure", "cross_seed", "train", "search_overlapped")
 
 
 @dataclass
@@ -173,7 +174,8 @@ class Propose:
     def __init__(self, contexts: dict, state: SearchState):
         self.contexts, self.state = contexts, state
 
-    def __call__(self, strategy: str, n: int) -> list[Proposal]:
+    def __call__(self, strategy: str, n: int, exclude=frozenset()) -> list[Proposal]:
+        """``exclude``: hashes of programs in flight (built, not measured yet), not to be proposed again."""
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
         ctx, st = self.contexts[strategy], self.state
@@ -184,7 +186,12 @@ class Propose:
                 break
             for c in cands:
                 h = program_hash(c.sch.mod)
-                if h in st.measured_hashes or h in st.pruned_hashes or any(h == o[1] for o in out + copies):
+                if (
+                    h in st.measured_hashes
+                    or h in st.pruned_hashes
+                    or h in exclude
+                    or any(h == o[1] for o in out + copies)
+                ):
                     continue
                 if h in st.seed_copies:
                     # Another strategy's program replayed as is: the model ranks these seeds high, and

@@ -45,6 +45,11 @@ class Preset:
     # method comparisons). The loop never searches while a kernel is timed, so the cores are free.
     search_threads: int = 0
     deterministic: bool = False
+    # Search the next round while this round's programs build (in the builder's processes): its proposals come
+    # from the model and search database as they were before this round was measured, and are used when the
+    # controller then picks the strategy they were made for (else dropped). Never while a kernel is timed.
+    # ``deterministic`` turns it off (a round's proposals then always follow everything measured before it).
+    overlap: bool = True
     # Multi-strategy sessions: every measured program is also offered to the other strategies'
     # searches (replayed under their own postprocessors), so an arm starts from the best found by any.
     cross_seed: bool = True
@@ -75,6 +80,11 @@ class Preset:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the next round is searched while this one builds."""
+        return self.overlap and not self.deterministic
 
     def effective_search_threads(self, available: int) -> int:
         """The evolutionary search's thread count on a machine with ``available`` cores."""

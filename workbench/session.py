@@ -120,6 +120,7 @@ class TuningSession(SessionLifecycle):
         # One build or timing at a time between the loop and a what-if measurement (measure()): neither may
         # disturb the other's timing. Held per candidate, so a pause never holds it.
         self._bench = threading.RLock()
+        self._ahead = None  # (strategy, proposals) searched while the previous round built (preset overlap)
         self._tools_live = False  # the loop's steps and pools are open (measure() uses them)
         self.state = loop.SearchState()  # bests, measured programs, cross-seeding pool (shared by the steps)
         self.naive_latency_ms: float | None = None
@@ -617,12 +618,14 @@ class TuningSession(SessionLifecycle):
 
     def _round(self, strategy: str, chosen_by: str, n: int) -> int | None:
         """One round of the loop's steps for ``strategy``; the number measured, None if it proposed nothing."""
-        phases = {k: 0.0 for k in loop.PHASES}
+        phases = RoundClock(self._elapsed)
         with _timed(phases, "cross_seed"):
             self.cross_seed(strategy)
         t_prop = time.time()
-        with _timed(phases, "search"):
-            proposals = self.propose(strategy, n)
+        with _timed(phases, "search"), self._bench:  # no what-if timing while the search runs
+            proposals = self._speculated(strategy, n)
+            if len(proposals) < n:
+                proposals += self.propose(strategy, n - len(proposals), exclude={p.mod_hash for p in proposals})
         if not proposals:
             self._add_phases(phases)
             return None
@@ -638,8 +641,8 @@ class TuningSession(SessionLifecycle):
                 ],
             )
         )
-        with _timed(phases, "build"), self._bench:
-            builds = self.build(proposals)
+        with _timed(phases, "build"):
+            builds = self._build_and_search_ahead(strategy, n, proposals, phases)
         best_before = self.state.best_ms()
         measured: list = []  # (proposal, record)
 
@@ -701,6 +704,7 @@ class TuningSession(SessionLifecycle):
                 pruned=pruned,
                 controller=self.controller.state(),
                 phase_seconds={k: round(v, 3) for k, v in phases.items()},
+                phase_spans=phases.spans,
                 pruned_programs=dict(self.predict.dropped) if self.pruner.enabled else None,
                 pruning_counts=self.pruner.snapshot() if self.pruner.enabled else None,
             )
@@ -732,6 +736,49 @@ class TuningSession(SessionLifecycle):
             path=b.path,
             keep_artifact=run_result is None,
         )
+
+    def _build_and_search_ahead(self, strategy: str, n: int, proposals: list, phases: dict) -> list:
+        """Build the round's proposals; with the preset's ``overlap``, search the next round meanwhile (the
+        builds run in the builder's worker processes) for the strategy the controller will likely pick. Both
+        end before anything is timed, and a what-if measurement waits for both (``_bench``)."""
+        left = self.trials - self.trials_done - len(proposals)
+        nxt = self.controller.likely_next(strategy) if self.preset.overlaps and left > 0 else None
+        with self._bench:
+            if nxt is None:
+                return self.build(proposals)
+            result: dict = {}
+
+            def build():
+                try:
+                    result["builds"] = self.build(proposals)
+                except BaseException as e:  # noqa: BLE001 - raised again in the loop's thread below
+                    result["error"] = e
+
+            builder = threading.Thread(target=build, name="workbench-build", daemon=True)
+            builder.start()
+            with _timed(phases, "search_overlapped"):
+                try:
+                    self.cross_seed(nxt)
+                    ahead = self.propose(
+                        nxt, min(self.preset.trials_per_round, left), exclude={p.mod_hash for p in proposals}
+                    )
+                    self._ahead = (nxt, ahead) if ahead else None
+                except Exception:  # noqa: BLE001 - a search that fails fails again when its round runs it, and says so
+                    self._ahead = None
+            builder.join()
+        if "error" in result:
+            raise result["error"]
+        return result["builds"]
+
+    def _speculated(self, strategy: str, n: int) -> list:
+        """The proposals searched ahead for ``strategy`` while the previous round built, less any measured or
+        pruned since; empty when they were made for another strategy (then they are dropped)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or ahead[0] != strategy:
+            return []
+        st = self.state
+        fresh = [p for p in ahead[1] if p.mod_hash not in st.measured_hashes and p.mod_hash not in st.pruned_hashes]
+        return fresh[:n]
 
     def _add_phases(self, round_phases: dict) -> None:
         for k, v in round_phases.items():
@@ -769,10 +816,24 @@ class TuningSession(SessionLifecycle):
 @contextlib.contextmanager
 def _timed(phases: dict, name: str):
     t = time.time()
+    start = phases.now() if isinstance(phases, RoundClock) else None
     try:
         yield
     finally:
         phases[name] += time.time() - t
+        if start is not None:
+            phases.spans.append([name, round(start, 3), round(phases.now(), 3)])
+
+
+class RoundClock(dict):
+    """Wall seconds per phase of one round (loop.PHASES), and when each ran: ``spans`` holds [phase, start, end]
+    in session-elapsed seconds, in the order they ended (the next round's search, run while this round builds,
+    lies inside the build span)."""
+
+    def __init__(self, now):
+        super().__init__({k: 0.0 for k in loop.PHASES})
+        self.now = now
+        self.spans: list = []
 
 
 def _check_fits_in_memory(w: Workload) -> None:
