@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from workbench import RecordStore
+from workbench.dtypes import DTYPES
 from workbench.errors import WorkbenchError
 from workbench.workloads import EPILOGUES, OPS, workload_from_spec
 
@@ -94,6 +95,10 @@ def specs(draw):
         )
     if _rarely(draw, 10):
         spec["weight"] = draw(SIZE)
+    if _rarely(draw, 4):
+        spec["dtype"] = draw(st.one_of(st.sampled_from([*DTYPES, "float16", "INT8"]), JUNK))
+        if _rarely(draw, 3):
+            spec["requantize"] = draw(st.one_of(st.sampled_from(["per-tensor", "per-channel", "per-row"]), JUNK))
     if _rarely(draw, 20):
         spec["colour"] = "blue"  # unknown key
     return spec

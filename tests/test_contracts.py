@@ -97,6 +97,7 @@ def test_builder_gives_one_result_per_module_in_order_and_a_failure_as_a_result(
     ok1, bad, ok2 = results
     assert ok1.path and ok2.path and ok1.path != ok2.path and os.path.isfile(ok1.path), results
     assert ok1.error_class is ok2.error_class is None
+    assert measure.recorded_arg_types(ok1.path) == [((16,), "float32"), ((16,), "float32")]  # shapes with dtypes
     assert bad.path is None and bad.error_class == "build-error", bad
     assert bad.error_msg and "\n" not in bad.error_msg
     for r in (ok1, ok2):
@@ -167,6 +168,31 @@ def test_runner_computes_the_kernels_output(runner, kernels):
     out, cls, msg = runner.compute(paths["good"], [x], (16,))
     assert cls is None and msg is None
     assert out.shape == (16,) and np.allclose(out, 2 * x)
+
+
+@pytest.fixture(scope="module")
+def typed_kernel(pools):
+    """A kernel B = 3 * A on uint8[16] A and int32[16] B; the builder records those dtypes beside it."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((16,), "uint8", name="A")
+    b = te.compute((16,), lambda i: a[i].astype("int32") * 3, name="B")
+    [r] = pools[0].build([tvm.IRModule({"main": te.create_prim_func([a, b])})])
+    assert r.path, r
+    return r.path
+
+
+def test_runner_uses_the_argument_dtypes_of_the_artifact_or_of_the_shapes(runner, typed_kernel):
+    assert measure.recorded_arg_types(typed_kernel) == [((16,), "uint8"), ((16,), "int32")]
+    for shapes in ([(16,), (16,)], [((16,), "uint8"), ((16,), "int32")]):  # plain shapes, or (shape, dtype) pairs
+        r = runner.run(typed_kernel, shapes, number=1, repeat=1, min_repeat_ms=0)
+        assert r.error_class is None and r.latency_ms > 0, r
+    x = (np.arange(16) * 15).astype(np.uint8)
+    for out_shape in ((16,), ((16,), "int32")):
+        out, cls, msg = runner.compute(typed_kernel, [x], out_shape)
+        assert cls is None, msg
+        assert out.dtype == np.int32 and np.array_equal(out, 3 * x.astype(np.int32))
 
 
 @contextlib.contextmanager
@@ -365,6 +391,7 @@ def test_layout_strategy_deploy_inputs_are_what_its_kernel_computes_the_referenc
     kin = s.deploy_inputs(sch, conv, inputs)
     shapes = [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
     assert [k.shape for k in kin] == shapes[:-1]
+    assert [k.dtype for k in kin] == [x.dtype for x in inputs]  # a rewritten weight keeps its dtype
     if not s.rewrites_offline:
         assert all(k is x or np.array_equal(k, x) for k, x in zip(kin, inputs))
     [b] = builder.build([RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)])

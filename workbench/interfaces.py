@@ -73,7 +73,9 @@ class Builder(Protocol):
     """Compiles candidate programs into artifacts a ``Runner`` can load.
 
     ``build(mods)`` takes TVM ``IRModule``s (each with one PrimFunc ``main`` whose arguments
-    are the inputs then the output) and returns one ``BuildResult`` per module, in order. A
+    are the inputs then the output) and returns one ``BuildResult`` per module, in order. Beside
+    each artifact it writes every argument's shape and dtype (``measure.ARGS_FILE``, read by
+    ``measure.recorded_arg_types``), so that a runner given plain shapes knows the dtypes. A
     module that fails to build, runs past the builder's timeout or kills its worker gives a
     ``BuildResult`` with ``path=None`` and an error class; ``build`` itself does not raise
     for it. Modules of one call may be compiled in parallel; ``build`` returns when all are
@@ -100,9 +102,13 @@ class Runner(Protocol):
     """Times built kernels and computes their outputs, on fixed inputs.
 
     ``run(path, shapes, timeout=None, number=None, repeat=None, min_repeat_ms=None)`` times the
-    artifact at ``path`` (from ``Builder.build``) on float32 arguments of ``shapes`` (every
-    argument in order, the output last), filled with the same seeded uniform(-1, 1) data by
-    every runner. After one warm-up call it takes ``repeat`` results, each the mean of
+    artifact at ``path`` (from ``Builder.build``) on arguments of ``shapes`` (every argument in
+    order, the output last). An entry is a ``(shape, dtype)`` pair (``Workload.arg_types``) or a
+    plain shape, whose dtype is the one the builder recorded for that argument (float32 for an
+    artifact without a record: ``measure.arg_types``). Every runner fills them with the same
+    seeded data of their dtypes (``measure.fixed_arguments``: uniform(-1, 1) for floats, rounded
+    to bfloat16/FP8; the integer types over ``dtypes.INT_RANGES``). After one warm-up call it
+    takes ``repeat`` results, each the mean of
     ``number`` calls, with ``number`` raised until one result lasts ``min_repeat_ms``
     milliseconds (TVM's ``time_evaluator``). It returns a ``RunResult`` whose ``run_secs``
     are in seconds. ``timeout`` (seconds) bounds this call only; ``None`` for any of the
@@ -110,9 +116,11 @@ class Runner(Protocol):
     timeout gives a ``RunResult`` with an error class, never an exception.
 
     ``compute(path, inputs, out_shape, timeout=None)`` calls the kernel once on ``inputs``
-    (float32 arrays, in argument order, without the output) and returns
-    ``(output array, None, None)``, or ``(None, error class, message)`` as ``run`` would
-    classify the failure.
+    (NumPy arrays of the arguments' dtypes, ml_dtypes' types for bfloat16 and FP8, in argument
+    order, without the output) and returns ``(output array, None, None)`` (of the output's
+    dtype; ``out_shape`` is a shape or a ``(shape, dtype)`` pair, as in ``run``), or
+    ``(None, error class, message)`` as ``run`` would classify the failure. The output buffer
+    starts "unwritten" (``dtypes.unwritten``: NaN, or an integer type's minimum).
 
     ``measures_locally``: True when kernels run on this machine, so that its load disturbs
     the timings (``noise.NoiseGuard`` then watches it).
@@ -239,10 +247,11 @@ class LayoutStrategy(Protocol):
     context owns its own), applied after a sketch's decisions are filled in.
 
     ``deploy_inputs(sch, workload, inputs)`` returns the arguments the kernel built from the
-    schedule ``sch`` expects, from the workload's own ``inputs`` (float32 arrays in argument
-    order, without the output): the same list for a strategy that keeps the weights' layout,
-    the weights rewritten offline for one that changes it (``rewrites_offline``). It raises
-    ``RuntimeError`` when the schedule's layout cannot be derived from its trace.
+    schedule ``sch`` expects, from the workload's own ``inputs`` (arrays of the workload's
+    argument dtypes, in argument order, without the output): the same list for a strategy that
+    keeps the weights' layout, the weights rewritten offline, in their own dtype, for one that
+    changes it (``rewrites_offline``). It raises ``RuntimeError`` when the schedule's layout
+    cannot be derived from its trace.
 
     Strategies are immutable values, safe to share between threads.
     """

@@ -19,6 +19,10 @@ Each strategy is a set of MetaSchedule postprocessors applied after the
 sketch's decisions are filled in. The weight layout itself is chosen per
 candidate by TVM's ``RewriteLayout`` (``SuggestIndexMap`` over the tiled loop
 nest), so the layout follows the schedule, as in Ansor.
+
+Every strategy works on every workload dtype (``dtypes``): a layout moves
+elements, whatever their type, and the offline rewrites (``IndexMap.map_tensor``)
+return the weights in their own dtype (int8, bfloat16, FP8).
 """
 
 from __future__ import annotations
@@ -93,7 +97,9 @@ def _blocked_map(rank: int, axis: int, b: int):
 
 
 _PACKED_CLS = None
-PACK_LANES = (16, 8, 4)  # fp32 lanes of AVX-512, AVX2, SSE: the block size is the widest that divides
+# fp32 lanes of AVX-512, AVX2, SSE: the block size is the widest that divides. Counted in elements for every dtype
+# (an int8 block of 16 is a quarter of an AVX-512 register; the loops' vectorization still spans the tile).
+PACK_LANES = (16, 8, 4)
 
 
 def _packed_weights():

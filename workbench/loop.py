@@ -284,7 +284,7 @@ class Verify:
         out, cls, msg = self.runner.compute(path, kin, proposal.shapes[-1])
         if out is None:
             return False, cls, msg
-        ok, detail = measure.verify(out, self.reference)
+        ok, detail = measure.verify(out, self.reference, self.workload.dtype)
         return (True, None, None) if ok else (False, "wrong-result", detail)
 
 

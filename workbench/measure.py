@@ -28,11 +28,17 @@ compile takes a core from the kernel being timed and skews its latency.
 network, transfer-tuning or a benchmark gets its pools from a target and a
 preset (``make_runner`` also gives an RPC runner for ``rpc://HOST:PORT/KEY``).
 The contracts these classes keep are in ``interfaces``.
+
+Argument dtypes travel with the artifact: the builder writes each argument's
+shape and dtype (``ARGS_FILE``) next to the kernel it built, and a runner given
+plain shapes takes the dtypes from there (``arg_types``); a caller may also give
+``(shape, dtype)`` pairs. Timing data is ``dtypes.random_array`` of each dtype.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import shutil
 import signal
@@ -40,18 +46,23 @@ import tempfile
 
 import numpy as np
 
-from . import interfaces
+from . import dtypes, interfaces
 from .interfaces import BuildResult, RunResult
 
 __all__ = [
+    "ARGS_FILE",
     "BuildResult",
     "Builder",
     "RunResult",
     "Runner",
     "WorkerProcess",
+    "arg_types",
+    "fixed_arguments",
     "make_builder",
     "make_runner",
     "naive_and_reference",
+    "out_type",
+    "recorded_arg_types",
     "verify",
 ]
 
@@ -76,8 +87,12 @@ def _ready() -> bool:
     return True
 
 
+ARGS_FILE = "args.json"  # beside each built kernel: [[shape, dtype], ...] of its arguments, the output last
+
+
 def _build_in_worker(mod_json: str, target: dict, out_dir: str) -> str:
     import tvm
+    from tvm.s_tir import meta_schedule as ms
 
     from workbench import tvm_env
 
@@ -86,7 +101,45 @@ def _build_in_worker(mod_json: str, target: dict, out_dir: str) -> str:
     rt = tvm.tirx.build(mod, target=tvm.target.Target(target))
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), "kernel.tar")
     rt.export_library(path)
+    args = [[[int(d) for d in a.shape], str(a.dtype)] for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+    with open(os.path.join(os.path.dirname(path), ARGS_FILE), "w") as f:
+        json.dump(args, f)
     return path
+
+
+def _typed(entry) -> bool:
+    return len(entry) == 2 and isinstance(entry[1], str)
+
+
+def recorded_arg_types(path: str | None) -> list[tuple] | None:
+    """``(shape, dtype)`` of every argument of a kernel built by ``Builder``; None for one it did not build."""
+    try:
+        with open(os.path.join(os.path.dirname(path), ARGS_FILE)) as f:
+            return [(tuple(s), str(d)) for s, d in json.load(f)]
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def arg_types(path: str | None, shapes) -> list[tuple]:
+    """``(shape, dtype)`` of every argument of the kernel at ``path``, from a runner's ``shapes``: an entry that
+    is a ``(shape, dtype)`` pair keeps its dtype; a plain shape takes the dtype the builder recorded for that
+    argument (float32 where none is recorded or the shapes differ)."""
+    recorded = recorded_arg_types(path) if path else None
+    out = []
+    for i, entry in enumerate(shapes):
+        if _typed(entry):
+            out.append((tuple(int(x) for x in entry[0]), str(entry[1])))
+            continue
+        shape = tuple(int(x) for x in entry)
+        known = recorded[i] if recorded and len(recorded) == len(shapes) and recorded[i][0] == shape else None
+        out.append((shape, known[1] if known else dtypes.DEFAULT))
+    return out
+
+
+def fixed_arguments(types) -> list[np.ndarray]:
+    """The data every runner times a kernel on: seeded ``dtypes.random_array`` of each ``(shape, dtype)``."""
+    rng = np.random.default_rng(0)
+    return [dtypes.random_array(rng, s, d) for s, d in types]
 
 
 _ARGS_CACHE: dict = {}
@@ -100,18 +153,17 @@ def _load(path):
     return rt, name
 
 
-def _run_in_worker(path: str, shapes: list, number: int, repeat: int, min_repeat_ms: int) -> dict:
+def _run_in_worker(path: str, types: list, number: int, repeat: int, min_repeat_ms: int) -> dict:
     import tvm
 
     from workbench.noise import TimingMeter
 
     rt, name = _load(path)
     dev = tvm.cpu()
-    key = tuple(tuple(s) for s in shapes)
+    key = tuple((tuple(s), d) for s, d in types)
     args = _ARGS_CACHE.get(key)
     if args is None:
-        rng = np.random.default_rng(0)
-        args = [tvm.runtime.tensor(rng.uniform(-1, 1, size=s).astype("float32"), dev) for s in shapes]
+        args = [tvm.runtime.tensor(a, dev) for a in fixed_arguments(types)]
         _ARGS_CACHE.clear()  # keep one set: shapes repeat within a session
         _ARGS_CACHE[key] = args
     f = rt.time_evaluator(name, dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
@@ -120,15 +172,26 @@ def _run_in_worker(path: str, shapes: list, number: int, repeat: int, min_repeat
     return {"secs": secs, "reading": meter.result}
 
 
-def _compute_in_worker(path: str, inputs: list, out_shape: tuple) -> np.ndarray:
+def _compute_in_worker(path: str, inputs: list, out_type: tuple) -> np.ndarray:
     import tvm
 
     rt, name = _load(path)
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
-    out = tvm.runtime.tensor(np.full(out_shape, np.nan, dtype="float32"), dev)
+    out = tvm.runtime.tensor(dtypes.unwritten(*out_type), dev)
     rt[name](*args, out)
     return out.numpy()
+
+
+def out_type(path: str | None, out_shape, n_args: int) -> tuple:
+    """``(shape, dtype)`` of a kernel's output (its last argument) from ``compute``'s ``out_shape``."""
+    if _typed(out_shape):
+        return tuple(int(x) for x in out_shape[0]), str(out_shape[1])
+    shape = tuple(int(x) for x in out_shape)
+    recorded = recorded_arg_types(path) if path else None
+    if recorded and len(recorded) == n_args + 1 and recorded[-1][0] == shape:
+        return recorded[-1]
+    return shape, dtypes.DEFAULT
 
 
 # ---------------------------------------------------------------- session side
@@ -247,7 +310,7 @@ class Runner(interfaces.Runner):
                 timeout,
                 _run_in_worker,
                 path,
-                [list(s) for s in shapes],
+                arg_types(path, shapes),
                 number or self.number,
                 repeat or self.repeat,
                 self.min_repeat_ms if min_repeat_ms is None else min_repeat_ms,
@@ -260,7 +323,8 @@ class Runner(interfaces.Runner):
     def compute(self, path: str, inputs: list, out_shape, timeout: float | None = None):
         """The kernel's output on the given inputs: (array, None, None) or (None, error class, message)."""
         try:
-            return self._call(timeout, _compute_in_worker, path, inputs, tuple(out_shape)), None, None
+            ot = out_type(path, out_shape, len(inputs))
+            return self._call(timeout, _compute_in_worker, path, inputs, ot), None, None
         except BaseException as e:  # noqa: BLE001
             cls, msg = _classify(e, "run")
             return None, cls, msg
@@ -308,16 +372,29 @@ def make_runner(spec, target: dict, preset, on_health=None) -> interfaces.Runner
     return spec
 
 
-def verify(out: np.ndarray, ref: np.ndarray) -> tuple[bool, str]:
-    """Tolerance: |out - ref| <= 1e-3 * |ref| + 1e-3 * max(1, max|ref|), element-wise (fp32 sums
-    reordered by tiling differ from a float64 reference by far less than this)."""
+def verify(out: np.ndarray, ref: np.ndarray, dtype: str | None = None) -> tuple[bool, str]:
+    """Whether a kernel's output matches the reference, under the tolerance of the workload's ``dtype`` in
+    ``dtypes.DTYPES`` (None: the row for the output's type, ``dtypes.for_result``).
+
+    Float rows: |out - ref| <= rtol * |ref| + atol * max(1, max|ref|), element-wise, with rtol = atol = 1e-3
+    (fp32 sums reordered by tiling differ from a float64 reference by far less than this). int8: equal."""
+    row = dtypes.get(dtype) if dtype is not None else dtypes.for_result(out.dtype)
     if out.shape != ref.shape:
         return False, f"output shape {out.shape} != reference {ref.shape}"
+    if row.exact:
+        if out.dtype != ref.dtype:
+            return False, f"output dtype {out.dtype} != reference {ref.dtype}"
+        wrong = out != ref
+        n = int(wrong.sum())
+        if n == 0:
+            return True, "exact match"
+        at = tuple(int(i) for i in np.argwhere(wrong)[0])
+        return False, f"{n} of {out.size} elements differ (first at {at}: {out[at]} != {ref[at]})"
     if not np.all(np.isfinite(out)):
         return False, "output contains NaN/Inf (elements never written?)"
     scale = max(1.0, float(np.abs(ref).max()))
     err = np.abs(out.astype(np.float64) - ref)
-    ok = bool(np.all(err <= 1e-3 * np.abs(ref) + 1e-3 * scale))
+    ok = bool(np.all(err <= row.rtol * np.abs(ref) + row.atol * scale))
     return ok, f"max abs error {err.max():.3g} (scale {scale:.3g})"
 
 
@@ -344,12 +421,12 @@ def naive_and_reference(
     try:
         naive_ms = None
         if need_latency:
-            r = runner.run(b.path, workload.arg_shapes, timeout=timeout, number=1, repeat=1, min_repeat_ms=0)
+            r = runner.run(b.path, workload.arg_types, timeout=timeout, number=1, repeat=1, min_repeat_ms=0)
             if r.latency_ms is None:
                 raise RuntimeError(f"the naive program of {workload.name} failed to run: {r.error_msg}")
             naive_ms = r.latency_ms
         if need_output:
-            out, _cls, msg = runner.compute(b.path, inputs, workload.arg_shapes[-1], timeout=timeout)
+            out, _cls, msg = runner.compute(b.path, inputs, workload.arg_types[-1], timeout=timeout)
             if out is None:
                 raise RuntimeError(f"the naive program of {workload.name} failed to compute a reference: {msg}")
             return naive_ms, out.astype(np.float64)

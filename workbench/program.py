@@ -70,7 +70,7 @@ class TunedProgram:
         lib = self.build()
         dev = tvm.cpu()
         args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in self.transform_weights(list(inputs))]
-        out = tvm.runtime.empty(self.workload.arg_shapes[-1], "float32", dev)
+        out = tvm.runtime.empty(self.workload.arg_shapes[-1], self.workload.arg_dtypes[-1], dev)
         lib["main"](*args, out)
         return out.numpy()
 
@@ -85,7 +85,9 @@ class TunedProgram:
 
         threads = int(threads or self.target_dict.get("num-cores") or tvm_env.available_cores())
         mod = self.kernel_mod
-        shapes = [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+        shapes = [
+            (tuple(int(x) for x in a.shape), str(a.dtype)) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        ]
         timing = presets.get("quick", number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
         target = dict(self.target_dict, **{"num-cores": threads})
         builder = measure.make_builder(self.target_dict, timing, workers=1)

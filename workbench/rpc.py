@@ -7,7 +7,8 @@ at once.
 Candidates are still built locally (``measure.Builder``); each measurement is
 one TVM RPC session: the tracker hands out a free server, the built tar is
 uploaded, loaded with ``load_module`` and timed with ``time_evaluator`` on the
-server's CPU, with the same fixed random inputs as the local runner.
+server's CPU, with the same fixed random inputs as the local runner (argument
+dtypes from the local artifact's record, ``measure.arg_types``).
 
 Faults, and what happens to the candidate:
 
@@ -47,10 +48,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import interfaces
+from . import dtypes, interfaces
 from .errors import WorkbenchError
 from .interfaces import RunResult
-from .measure import WorkerProcess, _classify
+from .measure import WorkerProcess, _classify, arg_types, fixed_arguments, out_type
 from .tvm_private import TrackerConnection, TrackerRefused
 
 CONNECT_TIMEOUT = 5.0
@@ -113,12 +114,6 @@ def _slot_init():
     import tvm.rpc  # noqa: F401 - paid once per worker, not per candidate
 
 
-def _fixed_inputs(shapes):
-    # The same data as measure._run_in_worker, so local and remote timings see the same values.
-    rng = np.random.default_rng(0)
-    return [rng.uniform(-1, 1, size=s).astype("float32") for s in shapes]
-
-
 def _remote_call(url, port, matchkey, session_timeout, mode, path, data, number, repeat, min_repeat_ms):
     """One RPC session: ("ok", value) or ("fail", phase, message); phase says how far it got."""
     import tvm
@@ -134,13 +129,14 @@ def _remote_call(url, port, matchkey, session_timeout, mode, path, data, number,
         dev = sess.cpu()
         entry = "main"
         if mode == "time":
-            args = [tvm.runtime.tensor(a, dev) for a in _fixed_inputs(data)]
+            # the same data as measure.Runner's, so local and remote timings see the same values
+            args = [tvm.runtime.tensor(a, dev) for a in fixed_arguments(data)]
             phase = "run"
             f = mod.time_evaluator(entry, dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
             return ("ok", [float(x) for x in f(*args).results])
-        inputs, out_shape = data
+        inputs, out_t = data
         args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in inputs]
-        out = tvm.runtime.tensor(np.full(out_shape, np.nan, dtype="float32"), dev)
+        out = tvm.runtime.tensor(dtypes.unwritten(*out_t), dev)
         phase = "run"
         mod[entry](*args, out)
         return ("ok", out.numpy())
@@ -261,9 +257,8 @@ class RPCRunner(interfaces.BatchRunner):
 
     def compute(self, path: str, inputs: list, out_shape, timeout: float | None = None):
         """The kernel's output on the given inputs: (array, None, None) or (None, error class, message)."""
-        job = self._job(
-            0, "compute", path, ([np.asarray(a) for a in inputs], tuple(out_shape)), timeout, None, None, None
-        )
+        data = ([np.asarray(a) for a in inputs], out_type(path, out_shape, len(inputs)))
+        job = self._job(0, "compute", path, data, timeout, None, None, None)
         [res] = self._dispatch([job])
         return (res, None, None) if not isinstance(res, RunResult) else (None, res.error_class, res.error_msg)
 
@@ -278,7 +273,7 @@ class RPCRunner(interfaces.BatchRunner):
         the rest are not started and come back as None).
         """
         jobs = [
-            self._job(i, "time", p, [list(s) for s in shapes], timeout, number, repeat, min_repeat_ms)
+            self._job(i, "time", p, arg_types(p, shapes), timeout, number, repeat, min_repeat_ms)
             for i, (p, shapes) in enumerate(items)
         ]
         return self._dispatch(jobs, on_result, proceed)

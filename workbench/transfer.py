@@ -200,7 +200,7 @@ def transfer(
                     if lat is not None and (best is None or lat < best[0]):
                         kin = layouts.get(s.strategy).deploy_inputs(sch, w, inputs)
                         got, verr, vmsg = runner.compute(b.path, kin, shapes[-1])
-                        ok, detail = (False, vmsg) if got is None else measure.verify(got, reference)
+                        ok, detail = (False, vmsg) if got is None else measure.verify(got, reference, w.dtype)
                         if ok:
                             best = (lat, s, rep)
                         else:

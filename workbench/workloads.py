@@ -6,6 +6,16 @@ parameters, which inputs are constant weights (marked layout-free so the layout
 strategies can rewrite them), its FLOPs, and how results are verified: a NumPy
 reference for the common ops, the naive (unscheduled) program built by TVM for
 the rest.
+
+A spec may add ``"dtype"`` (default ``"float32"``; the table of what each means is
+in ``dtypes``): ``"int8"``, ``"bfloat16"``, ``"float8_e4m3fn"`` or ``"float8_e5m2"``,
+for conv2d, depthwise_conv2d, matmul and batch_matmul (``LOW_PRECISION_OPS``). An
+int8 workload may end in ``"requantize": "per-tensor" | "per-channel"``: the int32
+result (after its epilogue) times a float32 scale argument ``rq_scale`` of shape
+(1,) or (channels,), rounded half to even, saturated to [-128, 127], stored as
+int8. Zero points are not modelled: the accumulator is the plain sum of
+uint8 x int8 products (what VNNI computes); an engine folds the activation's
+zero point into the bias.
 """
 
 from __future__ import annotations
@@ -19,11 +29,16 @@ from typing import Callable
 
 import numpy as np
 
+from . import dtypes
 from .errors import WorkbenchError
 
 SAMPLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_workloads")
 
 EPILOGUES = ("bias", "bn", "relu", "add")
+INT8_EPILOGUES = ("bias", "relu")  # on the int32 accumulator; bn and add would need float scales and a float output
+REQUANTIZE = ("per-tensor", "per-channel")
+# uint8 x int8 products are at most 255 * 128; with a bias of at most 2**14 this many fit in an int32 accumulator
+MAX_INT8_REDUCTION = (2**31 - 1 - 2**14) // (255 * 128)
 MAX_DIM = 2**31 - 1
 
 
@@ -48,8 +63,14 @@ class OpDef:
     reference: str  # "numpy" or "tvm-naive"
     epilogue_ok: bool
     check: Callable[[dict], None]
-    build: Callable[[dict], tuple]  # -> (inputs, weights, output, channel_axis)
+    build: Callable[[dict, dtypes.DType], tuple]  # (params, dtype) -> (inputs, weights, output, channel_axis)
     numpy_ref: Callable[[dict, list], np.ndarray] | None = None
+    # Products summed per output element (the int8 overflow bound, the requantize scale); None: float32 only
+    reduction: Callable[[dict], int] | None = None
+
+    @property
+    def dtypes(self) -> tuple:
+        return tuple(dtypes.DTYPES) if self.reduction is not None else (dtypes.DEFAULT,)
 
 
 def _pair(v):
@@ -87,40 +108,57 @@ def _conv2d_check(p):
     _check_window("conv2d", p["width"], kw, p["padding"], p["dilation"], "width")
 
 
-def _conv2d_build(p):
-    from tvm import te, topi
+def _placeholders(dt, x_shape, w_shape):
+    from tvm import te
 
+    return te.placeholder(x_shape, dt.activation, name="X"), te.placeholder(w_shape, dt.weight, name="W")
+
+
+def _out_dtype(dt) -> dict:
+    # float32 workloads keep TOPI's defaults, so their PrimFuncs (and stored traces) stay what they were
+    return {} if dt.name == dtypes.DEFAULT else {"out_dtype": dt.accumulate}
+
+
+def _conv2d_build(p, dt):
+    from tvm import topi
+
+    if dt.name in FP8_FORMATS:
+        return _fp8_conv(p, dt, depthwise=False)
     n, ci, h, w, co = p["batch"], p["in_channels"], p["height"], p["width"], p["out_channels"]
     kh, kw = _pair(p["kernel"])
     s, pad, d, g = p["stride"], p["padding"], p["dilation"], p["groups"]
+    od = _out_dtype(dt)
     if p["layout"] == "NCHW":
-        x = te.placeholder((n, ci, h, w), name="X")
-        wt = te.placeholder((co, ci // g, kh, kw), name="W")
+        x, wt = _placeholders(dt, (n, ci, h, w), (co, ci // g, kh, kw))
         if g == 1:
-            y = topi.nn.conv2d_nchw(x, wt, s, pad, d)
+            y = topi.nn.conv2d_nchw(x, wt, s, pad, d, **od)
         else:
-            y = topi.nn.group_conv2d_nchw(x, wt, s, pad, d, g)
+            y = topi.nn.group_conv2d_nchw(x, wt, s, pad, d, g, **od)
         return [x], [wt], y, 1
-    x = te.placeholder((n, h, w, ci), name="X")
-    wt = te.placeholder((kh, kw, ci // g, co), name="W")
+    x, wt = _placeholders(dt, (n, h, w, ci), (kh, kw, ci // g, co))
     if g == 1:
-        y = topi.nn.conv2d_nhwc(x, wt, s, pad, d)
+        y = topi.nn.conv2d_nhwc(x, wt, s, pad, d, **od)
     else:
-        y = topi.nn.group_conv2d_nhwc(x, wt, s, pad, d, g)
+        y = topi.nn.group_conv2d_nhwc(x, wt, s, pad, d, g, **od)
     return [x], [wt], y, 3
 
 
+def _acc(a: np.ndarray) -> np.ndarray:
+    """A reference's accumulator type: int64 for integer data (exact), float64 for the rest."""
+    return a.astype(np.int64) if np.issubdtype(a.dtype, np.integer) else a.astype(np.float64)
+
+
 def np_conv2d_nchw(x, w, stride, pad, dil, groups):
-    """Grouped, dilated conv2d in NCHW/OIHW; accumulates in float64."""
+    """Grouped, dilated conv2d in NCHW/OIHW; accumulates in int64 for integer inputs, else in float64."""
     n, ci, h, wd = x.shape
     co, cig, kh, kw = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    xp = np.pad(_acc(x), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh, ow = _out_size(h, kh, stride, pad, dil), _out_size(wd, kw, stride, pad, dil)
-    out = np.zeros((n, co, oh, ow))
+    out = np.zeros((n, co, oh, ow), dtype=xp.dtype)
     cog = co // groups
     for gi in range(groups):
         xs = xp[:, gi * cig : (gi + 1) * cig]
-        ws = w[gi * cog : (gi + 1) * cog].astype(np.float64)
+        ws = _acc(w[gi * cog : (gi + 1) * cog])
         for i in range(kh):
             for j in range(kw):
                 patch = xs[
@@ -154,18 +192,19 @@ def _dw_check(p):
     _check_window("depthwise_conv2d", p["width"], k, p["padding"], p["dilation"], "width")
 
 
-def _dw_build(p):
-    from tvm import te, topi
+def _dw_build(p, dt):
+    from tvm import topi
 
+    if dt.name in FP8_FORMATS:
+        return _fp8_conv(p, dt, depthwise=True)
     n, c, h, w, k = p["batch"], p["channels"], p["height"], p["width"], p["kernel"]
     s, pad, d = p["stride"], p["padding"], p["dilation"]
+    od = _out_dtype(dt)
     if p["layout"] == "NCHW":
-        x = te.placeholder((n, c, h, w), name="X")
-        wt = te.placeholder((c, 1, k, k), name="W")
-        return [x], [wt], topi.nn.depthwise_conv2d_nchw(x, wt, s, pad, d), 1
-    x = te.placeholder((n, h, w, c), name="X")
-    wt = te.placeholder((k, k, c, 1), name="W")
-    return [x], [wt], topi.nn.depthwise_conv2d_nhwc(x, wt, s, pad, d), 3
+        x, wt = _placeholders(dt, (n, c, h, w), (c, 1, k, k))
+        return [x], [wt], topi.nn.depthwise_conv2d_nchw(x, wt, s, pad, d, **od), 1
+    x, wt = _placeholders(dt, (n, h, w, c), (k, k, c, 1))
+    return [x], [wt], topi.nn.depthwise_conv2d_nhwc(x, wt, s, pad, d, **od), 3
 
 
 def _dw_ref(p, args):
@@ -181,35 +220,144 @@ def _dw_ref(p, args):
 # ---- matmul family --------------------------------------------------------------------------
 
 
-def _matmul_build(p):
+def _widened(dt, v):
+    """A loaded element in the type products are summed in (float32 stays as it is)."""
+    if dt.name == dtypes.DEFAULT:
+        return v
+    if dt.name in FP8_FORMATS:
+        return _decode_fp8(v)
+    return v.astype(dt.accumulate)
+
+
+def _matmul_build(p, dt):
     from tvm import te
 
-    a = te.placeholder((p["m"], p["k"]), name="A")
-    b = te.placeholder((p["k"], p["n"]), name="B")
+    a = te.placeholder((p["m"], p["k"]), dt.activation, name="A")
+    b = te.placeholder((p["k"], p["n"]), dt.weight, name="B")
     k = te.reduce_axis((0, p["k"]), name="k")
-    c = te.compute((p["m"], p["n"]), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    c = te.compute(
+        (p["m"], p["n"]), lambda i, j: te.sum(_widened(dt, a[i, k]) * _widened(dt, b[k, j]), axis=k), name="C"
+    )
     return [a], [b], c, 1
 
 
-def _bmm_build(p):
+def _bmm_build(p, dt):
     from tvm import te
 
-    a = te.placeholder((p["batch"], p["m"], p["k"]), name="A")
-    b = te.placeholder((p["batch"], p["k"], p["n"]), name="B")
+    a = te.placeholder((p["batch"], p["m"], p["k"]), dt.activation, name="A")
+    b = te.placeholder((p["batch"], p["k"], p["n"]), dt.weight, name="B")
     k = te.reduce_axis((0, p["k"]), name="k")
-    c = te.compute((p["batch"], p["m"], p["n"]), lambda q, i, j: te.sum(a[q, i, k] * b[q, k, j], axis=k), name="C")
+    c = te.compute(
+        (p["batch"], p["m"], p["n"]),
+        lambda q, i, j: te.sum(_widened(dt, a[q, i, k]) * _widened(dt, b[q, k, j]), axis=k),
+        name="C",
+    )
     if p["constant_b"]:
         return [a], [b], c, 2
     return [a, b], [], c, 2
 
 
+# TVM 0.27's own float8 -> float32 cast (FP8ComputeLegalize on llvm) decodes zero and every subnormal wrongly
+# (E4M3FN 0x00 becomes 2**-7) and E5M2's inf/NaN as finite values; FP8 data is decoded here from its bits instead.
+FP8_FORMATS = {"float8_e4m3fn": (4, 3), "float8_e5m2": (5, 2)}  # exponent bits, mantissa bits
+
+
+def _decode_fp8(v):
+    """The float32 value of a float8 element (exact: at most 4 significant bits times a power of two)."""
+    from tvm import tirx
+
+    ebits, mbits = FP8_FORMATS[str(v.dtype)]
+    bias = (1 << (ebits - 1)) - 1
+    bits = tirx.reinterpret("uint8", v).astype("int32")
+    e = (bits >> mbits) & ((1 << ebits) - 1)
+    m = bits & ((1 << mbits) - 1)
+    significand = tirx.Select(e == 0, m, m + (1 << mbits)).astype("float32")  # subnormals have no implicit 1
+    power = tirx.reinterpret("float32", (tirx.max(e, 1) - bias - mbits + 127) << 23)
+    mag = significand * power
+    nan = tirx.const(float("nan"), "float32")
+    if ebits == 4:  # E4M3FN: no infinities; S.1111.111 is NaN
+        mag = tirx.Select((bits & 0x7F) == 0x7F, nan, mag)
+    else:  # E5M2: exponent 31 is inf (mantissa 0) or NaN, as in IEEE
+        mag = tirx.Select(e == (1 << ebits) - 1, tirx.Select(m == 0, tirx.const(float("inf"), "float32"), nan), mag)
+    return tirx.Select((bits & 0x80) != 0, -mag, mag)
+
+
+def _fp8_conv(p, dt, depthwise: bool):
+    """conv2d / depthwise_conv2d on float8 data, written out here rather than through TOPI, whose ops cast their
+    inputs with TVM's faulty float8 cast (see ``_decode_fp8``). The padding stage decodes the activations
+    (``pad_temp`` is float32); the conv block decodes the weight where it reads it, so that the weight is read by
+    the anchor block itself, as the layout rewrites need. Same layouts as TOPI: NHWC/HWIO (depthwise HWC1),
+    NCHW/OIHW (depthwise C1HW)."""
+    from tvm import te, tirx
+
+    nhwc = p["layout"] == "NHWC"
+    n, h, w = p["batch"], p["height"], p["width"]
+    if depthwise:
+        ci = co = g = p["channels"]
+        kh = kw = p["kernel"]
+    else:
+        ci, co, g = p["in_channels"], p["out_channels"], p["groups"]
+        kh, kw = _pair(p["kernel"])
+    s, pad, d = p["stride"], p["padding"], p["dilation"]
+    cig, cog = ci // g, co // g
+    oh, ow = _out_size(h, kh, s, pad, d), _out_size(w, kw, s, pad, d)
+    if depthwise:
+        w_shape = (kh, kw, ci, 1) if nhwc else (ci, 1, kh, kw)
+    else:
+        w_shape = (kh, kw, cig, co) if nhwc else (co, cig, kh, kw)
+    x, wt = _placeholders(dt, (n, h, w, ci) if nhwc else (n, ci, h, w), w_shape)
+
+    def at(t, b, c, i, j):  # element (batch, channel, row, column) of an activation-shaped tensor
+        return t[b, i, j, c] if nhwc else t[b, c, i, j]
+
+    if pad:
+
+        def padded(*idx):
+            b, i, j, c = idx if nhwc else (idx[0], idx[2], idx[3], idx[1])
+            inside = tirx.all(i >= pad, i < h + pad, j >= pad, j < w + pad)
+            return tirx.if_then_else(inside, _decode_fp8(at(x, b, c, i - pad, j - pad)), tirx.const(0.0, "float32"))
+
+        ph, pw = h + 2 * pad, w + 2 * pad
+        xp = te.compute((n, ph, pw, ci) if nhwc else (n, ci, ph, pw), padded, name="pad_temp")
+
+        def act(b, c, i, j):
+            return at(xp, b, c, i, j)
+    else:
+
+        def act(b, c, i, j):
+            return _decode_fp8(at(x, b, c, i, j))
+
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    if depthwise:
+
+        def body(b, o, i, j):
+            wv = wt[ry, rx, o, 0] if nhwc else wt[o, 0, ry, rx]
+            return te.sum(act(b, o, i * s + ry * d, j * s + rx * d) * _decode_fp8(wv), axis=[ry, rx])
+
+        name = "DepthwiseConv2d"
+    else:
+        rc = te.reduce_axis((0, cig), name="rc")
+
+        def body(b, o, i, j):
+            c = o // cog * cig + rc
+            wv = wt[ry, rx, rc, o] if nhwc else wt[o, rc, ry, rx]
+            return te.sum(act(b, c, i * s + ry * d, j * s + rx * d) * _decode_fp8(wv), axis=[rc, ry, rx])
+
+        name = "conv2d_nhwc" if nhwc else "conv2d_nchw"
+    if nhwc:
+        y = te.compute((n, oh, ow, co), lambda b, i, j, o: body(b, o, i, j), name=name)
+        return [x], [wt], y, 3
+    return [x], [wt], te.compute((n, co, oh, ow), body, name=name), 1
+
+
 def _tw(fn_name, *keys, weighted=False):
-    """Build through the Ansor-suite generators shipped in TVM (``te_workload``).
+    """Build through the Ansor-suite generators shipped in TVM (``te_workload``); float32 only.
 
     With ``weighted`` the generator's second input is a constant weight.
     """
 
-    def build(p):
+    def build(p, dt):
         from tvm.s_tir.meta_schedule.testing import te_workload as tw
 
         *ins, out = getattr(tw, fn_name)(*[p[k] for k in keys])
@@ -267,7 +415,8 @@ _op(
         True,
         _noop_check,
         _matmul_build,
-        lambda p, a: a[0].astype(np.float64) @ a[1],
+        lambda p, a: _acc(a[0]) @ _acc(a[1]),
+        lambda p: p["k"],
     )
 )
 _op(
@@ -279,7 +428,8 @@ _op(
         True,
         _noop_check,
         _bmm_build,
-        lambda p, a: np.matmul(a[0].astype(np.float64), a[1]),
+        lambda p, a: np.matmul(_acc(a[0]), _acc(a[1])),
+        lambda p: p["k"],
     )
 )
 _op(
@@ -292,6 +442,7 @@ _op(
         _conv2d_check,
         _conv2d_build,
         _conv2d_ref,
+        lambda p: p["in_channels"] // p["groups"] * _pair(p["kernel"])[0] * _pair(p["kernel"])[1],
     )
 )
 _op(
@@ -314,6 +465,7 @@ _op(
         _dw_check,
         _dw_build,
         _dw_ref,
+        lambda p: p["kernel"] * p["kernel"],
     )
 )
 _op(
@@ -532,15 +684,27 @@ class Workload:
     epilogue: tuple = ()
     weight: int = 1
     source: str = ""  # file it came from
+    dtype: str = dtypes.DEFAULT  # a key of dtypes.DTYPES
+    requantize: str | None = None  # int8 only: "per-tensor" | "per-channel" (an int8 output), None: int32 output
 
     @property
     def opdef(self) -> OpDef:
         return OPS[self.op]
 
+    @property
+    def dtype_info(self) -> dtypes.DType:
+        return dtypes.DTYPES[self.dtype]
+
     def spec(self) -> dict:
-        d = {"name": self.name, "op": self.op, "params": dict(self.params)}
+        # A float32 spec has no "dtype" key: stored sessions and class keys of float32 workloads stay as they were.
+        d = {"name": self.name, "op": self.op}
+        if self.dtype != dtypes.DEFAULT:
+            d["dtype"] = self.dtype
+        d["params"] = dict(self.params)
         if self.epilogue:
             d["epilogue"] = list(self.epilogue)
+        if self.requantize:
+            d["requantize"] = self.requantize
         if self.weight != 1:
             d["weight"] = self.weight
         return d
@@ -556,7 +720,10 @@ class Workload:
         extra = f":{p['layout']}" if "layout" in p else ""
         if self.op == "conv2d" and p.get("groups", 1) != 1:
             extra += ":grouped"
-        return f"{self.op}{extra}+{'+'.join(self.epilogue) or 'none'}"
+        if self.dtype != dtypes.DEFAULT:
+            extra += f":{self.dtype}"
+        epi = self.epilogue + (("requantize",) if self.requantize else ())
+        return f"{self.op}{extra}+{'+'.join(epi) or 'none'}"
 
     # ---- TVM objects (built lazily, cached) ----
     @functools.cached_property
@@ -566,13 +733,14 @@ class Workload:
         from . import tvm_env
 
         tvm_env.setup()
-        ins, weights, out, caxis = self.opdef.build(self.params)
+        dt = self.dtype_info
+        ins, weights, out, caxis = self.opdef.build(self.params, dt)
         extra = []
         y = out
+        c = int(out.shape[caxis])
         for e in self.epilogue:
-            c = int(out.shape[caxis])
             if e == "bias":
-                b = te.placeholder((c,), name="bias")
+                b = te.placeholder((c,), dt.accumulate, name="bias")  # int8: int32, added to the accumulator
                 extra.append(b)
                 y = _channel_op(y, b, caxis, "add", "T_bias")
             elif e == "bn":
@@ -588,6 +756,10 @@ class Workload:
                 r = te.placeholder(tuple(out.shape), name="residual")
                 extra.append(r)
                 y = te.compute(y.shape, lambda *i: y(*i) + r(*i), name="T_residual")
+        if self.requantize:
+            scale = te.placeholder((c if self.requantize == "per-channel" else 1,), "float32", name="rq_scale")
+            extra.append(scale)
+            y = _requantized(y, scale, caxis if self.requantize == "per-channel" else None)
         args = list(ins) + list(weights) + extra + [y]
         func = te.create_prim_func(args)
         if weights:
@@ -616,9 +788,27 @@ class Workload:
         return [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_prim_func(self.prim_func)]
 
     @functools.cached_property
+    def arg_dtypes(self) -> list[str]:
+        """Every argument's TVM dtype, in order, the output last."""
+        from tvm.s_tir import meta_schedule as ms
+
+        return [str(a.dtype) for a in ms.arg_info.ArgInfo.from_prim_func(self.prim_func)]
+
+    @property
+    def arg_types(self) -> list[tuple]:
+        """``(shape, dtype)`` of every argument, the output last: what a runner takes as ``shapes``."""
+        return list(zip(self.arg_shapes, self.arg_dtypes))
+
+    @functools.cached_property
     def flops(self) -> float:
+        """Floating-point (for int8: integer) operations of one call: 2 per multiply-add plus the epilogue's.
+
+        A low-precision workload counts what its float32 twin of the same shape counts: widening casts, FP8
+        decoding and requantizing are not counted, so GFLOPS compare across dtypes."""
         from tvm.s_tir.analysis import estimate_tir_flops
 
+        if self.dtype != dtypes.DEFAULT:
+            return Workload(self.name, self.op, self.params, self.epilogue).flops
         return float(estimate_tir_flops(self.mod))
 
     @functools.cached_property
@@ -635,17 +825,36 @@ class Workload:
         return best or sch.get(sch.get_child_blocks(sch.get_sblock("root"))[-1]).name_hint
 
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Random inputs for every argument but the output."""
+        """Random inputs for every argument but the output, each of its argument's dtype
+        (``dtypes.random_array``: float32 data is uniform in [-1, 1) as it always was); the requantize scale
+        keeps the int8 output spread over its range."""
         rng = np.random.default_rng(seed)
-        return [rng.uniform(-1, 1, size=s).astype("float32") for s in self.arg_shapes[:-1]]
+        out = [dtypes.random_array(rng, s, d) for s, d in self.arg_types[:-1]]
+        if self.requantize:
+            out[-1] = self._requantize_scales(rng, out[-1].shape)
+        return out
+
+    def _requantize_scales(self, rng, shape) -> np.ndarray:
+        # The accumulator of k products of uniform uint8 and int8 data has a standard deviation of about
+        # sqrt(k * E[x^2] * E[w^2]) = 10891 sqrt(k); scaled to about 40, the int8 output has values across its
+        # range, some saturated.
+        k = self.opdef.reduction(self.params)
+        return (rng.uniform(0.5, 1.5, size=shape) * 40.0 / (10891.0 * np.sqrt(k))).astype("float32")
 
     def numpy_reference(self, inputs: list[np.ndarray]) -> np.ndarray:
-        """The NumPy result, epilogue included. Only for ``reference_kind == "numpy"``."""
+        """The NumPy result, epilogue included. Only for ``reference_kind == "numpy"``.
+
+        float32: computed in float64, returned as float32. bfloat16 / FP8: the same, from the inputs as the
+        kernel reads them (already rounded to the dtype). int8: exact integer arithmetic (int64, then the int32
+        the kernel holds; ``workload_from_spec`` refuses reductions that could overflow it), then the requantize
+        step in float32 exactly as the kernel does it."""
         op = self.opdef
         n_main = self._built[1] + self._built[2]
-        y = op.numpy_ref(self.params, inputs[:n_main])
+        low = self.dtype != dtypes.DEFAULT
+        args = [_acc(a) for a in inputs] if low else list(inputs)
+        y = op.numpy_ref(self.params, args[:n_main])
         caxis = self._built[3]
-        rest = list(inputs[n_main:])
+        rest = args[n_main:]
         shape = [1] * y.ndim
         shape[caxis] = -1
         for e in self.epilogue:
@@ -658,13 +867,35 @@ class Workload:
                 y = np.maximum(y, 0)
             elif e == "add":
                 y = y + rest.pop(0)
-        return y.astype("float32")
+        if self.dtype_info.is_float:
+            return y.astype("float32")
+        y = y.astype(np.int32)
+        if self.requantize:
+            s = inputs[-1].astype(np.float32)
+            s = s.reshape(shape) if s.size > 1 else s[0]
+            y = np.clip(np.rint(y.astype(np.float32) * s), -128, 127).astype(np.int8)
+        return y
 
     def describe(self) -> str:
         p = self.params
-        return ", ".join(f"{k}={v}" for k, v in p.items()) + (
-            f"; epilogue {'+'.join(self.epilogue)}" if self.epilogue else ""
+        return (
+            ", ".join(f"{k}={v}" for k, v in p.items())
+            + (f"; epilogue {'+'.join(self.epilogue)}" if self.epilogue else "")
+            + (f"; dtype {self.dtype}" if self.dtype != dtypes.DEFAULT else "")
+            + (f"; requantize {self.requantize}" if self.requantize else "")
         )
+
+
+def _requantized(y, scale, caxis):
+    """int8 = saturate(round_half_even(float32(y) * scale)): the scale of channel ``i[caxis]``, or ``scale[0]``
+    for the whole tensor when ``caxis`` is None."""
+    from tvm import te, tirx
+
+    def f(*i):
+        v = tirx.nearbyint(y(*i).astype("float32") * scale[0 if caxis is None else i[caxis]])
+        return tirx.max(tirx.min(v, tirx.const(127.0, "float32")), tirx.const(-128.0, "float32")).astype("int8")
+
+    return te.compute(y.shape, f, name="T_requantize")
 
 
 def _channel_op(y, vec, caxis, kind, name):
@@ -682,9 +913,12 @@ def workload_from_spec(spec, source: str = "") -> Workload:
     name = spec.get("name")
     if not isinstance(name, str) or not name:
         _fail("workload spec needs a non-empty string 'name'")
-    unknown = sorted(set(spec) - {"name", "op", "params", "epilogue", "weight", "note"})
+    unknown = sorted(set(spec) - {"name", "op", "params", "epilogue", "weight", "note", "dtype", "requantize"})
     if unknown:
-        _fail(f"workload {name!r}: unknown key {unknown[0]!r}; valid keys: name, op, params, epilogue, weight")
+        _fail(
+            f"workload {name!r}: unknown key {unknown[0]!r}; valid keys: name, op, params, epilogue, weight, "
+            "dtype, requantize"
+        )
     op = spec.get("op")
     if not isinstance(op, str) or op not in OPS:
         _fail(f"workload {name!r}: unknown op {op!r}; valid ops: {', '.join(sorted(OPS))}")
@@ -702,7 +936,55 @@ def workload_from_spec(spec, source: str = "") -> Workload:
     weight = spec.get("weight", 1)
     if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
         _fail(f"workload {name!r}: 'weight' (multiplicity) must be an integer >= 1")
-    return Workload(name=name, op=op, params=params, epilogue=tuple(epi), weight=weight, source=source)
+    dtype, requantize = _check_dtype(name, opdef, params, epi, spec.get("dtype", dtypes.DEFAULT), spec)
+    return Workload(
+        name=name,
+        op=op,
+        params=params,
+        epilogue=tuple(epi),
+        weight=weight,
+        source=source,
+        dtype=dtype,
+        requantize=requantize,
+    )
+
+
+LOW_PRECISION_OPS = tuple(n for n, o in OPS.items() if o.reduction is not None)
+
+
+def _check_dtype(name, opdef, params, epi, dtype, spec) -> tuple:
+    """(dtype, requantize) of a spec, or one line on what is wrong."""
+    try:
+        dt = dtypes.get(dtype)
+    except WorkbenchError as e:
+        raise WorkbenchError(f"workload {name!r}: {e}") from None
+    if dt.name not in opdef.dtypes:
+        _fail(
+            f"workload {name!r}: op {opdef.name} supports dtype float32 only; {dt.name} is available for "
+            f"{', '.join(LOW_PRECISION_OPS)}"
+        )
+    requantize = spec.get("requantize")
+    if requantize is not None:
+        if dt.name != "int8":
+            _fail(f"workload {name!r}: 'requantize' applies to dtype int8 only (this workload is {dt.name})")
+        if requantize not in REQUANTIZE:
+            _fail(
+                f"workload {name!r}: 'requantize' must be one of {', '.join(REQUANTIZE)}; got {json.dumps(requantize, default=str)}"
+            )
+    if dt.name == "int8":
+        bad = [e for e in epi if e not in INT8_EPILOGUES]
+        if bad:
+            _fail(
+                f"workload {name!r}: epilogue {bad[0]!r} is not available for int8 (int32 accumulator); "
+                f"valid: {', '.join(INT8_EPILOGUES)}, then 'requantize' for an int8 output"
+            )
+        k = opdef.reduction(params)
+        if k > MAX_INT8_REDUCTION:
+            _fail(
+                f"workload {name!r}: {k} uint8 x int8 products per output can overflow the int32 accumulator "
+                f"(at most {MAX_INT8_REDUCTION})"
+            )
+    return dt.name, requantize
 
 
 # --------------------------------------------------------------------------------------------
