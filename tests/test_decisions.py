@@ -296,7 +296,9 @@ def test_cost_model_view_draws_pairwise_accuracy(demo_events):
 
 def test_brushing_a_dimension_filters_the_records_table(demo_events, tmp_path):
     dash = fed_dashboard(demo_events)
-    dash.tabs.selected_index = len(dash.tabs.children) - 1  # the Decision space tab: drawn when shown
+    dash.tabs.selected_index = list(dash.tabs.titles).index(
+        "Decision space"
+    )  # the Decision space tab: drawn when shown
     view = dash.decisions
     par = view.fig.data[0]
     labels = [d.label for d in par.dimensions]
@@ -335,7 +337,7 @@ def test_brushing_a_dimension_filters_the_records_table(demo_events, tmp_path):
 
 def test_selecting_trials_highlights_them_in_the_parallel_coordinates(demo_events):
     dash = fed_dashboard(demo_events)
-    dash.tabs.selected_index = len(dash.tabs.children) - 1
+    dash.tabs.selected_index = list(dash.tabs.titles).index("Decision space")
     view = dash.decisions
     view.select_trials("3, 7-9")
     par = view.fig.data[0]
@@ -362,7 +364,7 @@ def test_what_matters_on_the_recorded_session(demo_events):
     dash = fed_dashboard(demo_events)
     view = dash.decisions
     assert view.importance is None  # a hidden tab does no work
-    dash.tabs.selected_index = len(dash.tabs.children) - 1
+    dash.tabs.selected_index = list(dash.tabs.titles).index("Decision space")
     imp = view.importance
     assert imp is not None and len(imp) >= 3 and imp["share"].sum() == pytest.approx(1.0)
     assert len(view.importance_fig.data[0].x) == min(15, len(imp))
@@ -384,7 +386,7 @@ def test_what_matters_needs_enough_records(demo_events):
     first = [e for e in demo_events if e.kind != "candidate_measured"][:3]
     measured = [e for e in demo_events if e.kind == "candidate_measured"][:10]
     dash = fed_dashboard(first + measured)
-    dash.tabs.selected_index = len(dash.tabs.children) - 1
+    dash.tabs.selected_index = list(dash.tabs.titles).index("Decision space")
     assert "not enough records yet (10 measured programs; it needs 16)" in dash.decisions.importance_note.value
 
 
