@@ -33,3 +33,21 @@ def demo_events():
     evs = [Event(e["kind"], sid, e["time"], e["elapsed"], e["data"], e["id"]) for e in store.events(sid)]
     store.close()
     return evs
+
+
+# One small CPU target and the quick preset, for the suites that build and run kernels directly.
+POOL_TARGET = {"kind": "llvm", "num-cores": 1}
+
+
+@pytest.fixture(scope="module")
+def pools():
+    """A builder and a local runner (quick preset: run_timeout 30 s) on ``POOL_TARGET``, for one test module."""
+    from workbench import measure, presets, tvm_env
+
+    tvm_env.setup()
+    preset = presets.get("quick")
+    b = measure.make_builder(POOL_TARGET, preset)
+    r = measure.make_runner(None, POOL_TARGET, preset)
+    yield b, r
+    r.close()
+    b.close()

@@ -2,6 +2,7 @@
 records store opened without running any of the script it holds, and the views with controls (decision-space
 brush, what-if, compare) on recorded sessions. One JupyterLab serves all three tests."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -99,6 +100,26 @@ def _chromium():
         )
 
 
+@contextlib.contextmanager
+def _page(height: int, failure_png: str):
+    """A headless Chromium page 1400 px wide; a screenshot of it lands in test-artifacts/browser/ when the test
+    fails."""
+    _chromium()
+    from playwright.sync_api import sync_playwright
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": height})
+        try:
+            yield page
+        except Exception:
+            page.screenshot(path=os.path.join(ARTIFACTS, failure_png))
+            raise
+        finally:
+            browser.close()
+
+
 def _run_notebook(page, url, token, name):
     """Open notebook ``name``, wait for its kernel, check that no news prompt greets the user, run every cell."""
     page.goto(f"{url}/lab/tree/{name}?token={token}&reset")
@@ -120,63 +141,49 @@ def _run_notebook(page, url, token, name):
 
 
 def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
-    _chromium()
-    from playwright.sync_api import sync_playwright
-
     url, token, _info = lab
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1400})
-        try:
-            _run_notebook(page, url, token, "01_quickstart.ipynb")
+    with _page(1400, "failure.png") as page:
+        _run_notebook(page, url, token, "01_quickstart.ipynb")
 
-            start = page.locator(".jp-OutputArea-output .widget-button", has_text="Start").first
-            start.wait_for(state="visible", timeout=120_000)
-            dash = (
-                page.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-button", has_text="Start")).first
-            )
-            plot = dash.locator(".js-plotly-plot").first
-            plot.wait_for(state="visible", timeout=60_000)
-            status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
-            initial_status = _wait(status, 30, "the status line")
-            points = lambda: plot.locator(".scatterlayer path.point").count()  # noqa: E731
-            assert points() == 0
+        start = page.locator(".jp-OutputArea-output .widget-button", has_text="Start").first
+        start.wait_for(state="visible", timeout=120_000)
+        dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-button", has_text="Start")).first
+        plot = dash.locator(".js-plotly-plot").first
+        plot.wait_for(state="visible", timeout=60_000)
+        status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
+        initial_status = _wait(status, 30, "the status line")
+        points = lambda: plot.locator(".scatterlayer path.point").count()  # noqa: E731
+        assert points() == 0
 
-            start.scroll_into_view_if_needed()
-            start.click()
-            _wait(lambda: "running" in status(), 60, "the status to read running")
-            first = _wait(points, 240, "the throughput curves to show measured points")
-            more = _wait(lambda: points() > first and points(), 240, "more points while tuning")
-            assert more > first
-            if os.environ.get("WORKBENCH_UPDATE_SCREENSHOTS") == "1":
-                # a fuller picture for the published screenshot: about 16 trials (two points each, plus the
-                # best-so-far markers)
-                _wait(lambda: points() >= 40, 240, "some 16 trials on the curves")
-            dash.scroll_into_view_if_needed()
-            mid = os.path.join(ARTIFACTS, "dashboard-mid-tuning.png")
-            dash.screenshot(path=mid)
-            page.screenshot(path=os.path.join(ARTIFACTS, "lab-mid-tuning.png"))
+        start.scroll_into_view_if_needed()
+        start.click()
+        _wait(lambda: "running" in status(), 60, "the status to read running")
+        first = _wait(points, 240, "the throughput curves to show measured points")
+        more = _wait(lambda: points() > first and points(), 240, "more points while tuning")
+        assert more > first
+        if os.environ.get("WORKBENCH_UPDATE_SCREENSHOTS") == "1":
+            # a fuller picture for the published screenshot: about 16 trials (two points each, plus the
+            # best-so-far markers)
+            _wait(lambda: points() >= 40, 240, "some 16 trials on the curves")
+        dash.scroll_into_view_if_needed()
+        mid = os.path.join(ARTIFACTS, "dashboard-mid-tuning.png")
+        dash.screenshot(path=mid)
+        page.screenshot(path=os.path.join(ARTIFACTS, "lab-mid-tuning.png"))
 
-            dash.locator(".widget-button", has_text="Pause").click()
-            _wait(lambda: "paus" in status(), 30, "the status to show the pause")
-            _wait(lambda: "paused" in status() and "pausing" not in status(), 120, "the session to pause")
-            held = points()
-            time.sleep(2.0)
-            assert points() == held, "points kept coming while paused"
-            assert status() != initial_status
-            dash.screenshot(path=os.path.join(ARTIFACTS, "dashboard-paused.png"))
+        dash.locator(".widget-button", has_text="Pause").click()
+        _wait(lambda: "paus" in status(), 30, "the status to show the pause")
+        _wait(lambda: "paused" in status() and "pausing" not in status(), 120, "the session to pause")
+        held = points()
+        time.sleep(2.0)
+        assert points() == held, "points kept coming while paused"
+        assert status() != initial_status
+        dash.screenshot(path=os.path.join(ARTIFACTS, "dashboard-paused.png"))
 
-            dash.locator(".widget-button", has_text="Resume").click()
-            _wait(lambda: "running" in status(), 60, "the session to resume")
-            dash.locator(".widget-button", has_text="Stop").click()
-            _wait(lambda: "stopped" in status() or "finished" in status(), 180, "the session to stop")
-            dash.screenshot(path=os.path.join(ARTIFACTS, "dashboard-stopped.png"))
-        except Exception:
-            page.screenshot(path=os.path.join(ARTIFACTS, "failure.png"))
-            raise
-        finally:
-            browser.close()
+        dash.locator(".widget-button", has_text="Resume").click()
+        _wait(lambda: "running" in status(), 60, "the session to resume")
+        dash.locator(".widget-button", has_text="Stop").click()
+        _wait(lambda: "stopped" in status() or "finished" in status(), 180, "the session to stop")
+        dash.screenshot(path=os.path.join(ARTIFACTS, "dashboard-stopped.png"))
     if os.environ.get("WORKBENCH_UPDATE_SCREENSHOTS") == "1":
         os.makedirs(os.path.join(ROOT, "docs", "screenshots"), exist_ok=True)
         shutil.copy(mid, os.path.join(ROOT, "docs", "screenshots", "dashboard.png"))
@@ -185,147 +192,125 @@ def test_quickstart_dashboard_tunes_live_in_jupyterlab(lab):
 def test_a_hostile_store_runs_no_script_in_jupyterlab(lab):
     """``Dashboard.open`` on a store whose every text carries script: the page shows that text literally (status,
     session list, records table, inspector, legend and hover labels) and none of it runs."""
-    _chromium()
-    from playwright.sync_api import sync_playwright
 
     url, token, info = lab
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
-        try:
-            _run_notebook(page, url, token, "hostile.ipynb")
-            dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-sessions-picker")).first
-            dash.wait_for(state="visible", timeout=120_000)
-            status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
-            _wait(lambda: "interrupted" in status(), 60, "the cut-off session to read interrupted")
-            # the inspector (the second cell) shows the failed candidate's (hostile) error class
-            _wait(lambda: "build-error" in dash.inner_text(), 60, "the inspector to show trial 5's error")
-            # the legend and a hover label of the curves
-            plot = dash.locator(".js-plotly-plot").first
-            assert info["strategies"]["no-rewrite"] in plot.locator(".legend").first.text_content()
-            hover = plot.locator(".hoverlayer .hovertext")
-            for point in plot.locator(".scatterlayer path.point").all()[:12]:
-                point.hover(force=True)
-                if hover.count():
-                    break
-            _wait(lambda: hover.count(), 10, "a hover label on the curves")
-            assert any(pl in hover.first.text_content() for pl in PAYLOADS), hover.first.text_content()
-            # the records table
-            dash.locator(".lm-TabBar-tab", has_text="Records").first.click()
-            table = dash.locator(".wb-table").first
-            table.wait_for(state="visible", timeout=30_000)
-            assert info["strategies"]["no-rewrite"] in table.inner_text()
-            # the other session, chosen in the picker: failed, with its (hostile) message
-            dash.locator(".wb-sessions-picker select").first.select_option(index=0)  # session 1
-            _wait(lambda: "failed" in status(), 60, "the failed session to be shown")
-            text = dash.inner_text()
-            for payload in PAYLOADS:
-                assert payload in text, f"{payload!r} is not shown as text"
-            assert info["workload"] in text
-            dash.screenshot(path=os.path.join(ARTIFACTS, "hostile-store.png"))
-            assert page.evaluate("() => window.__wb_pwned") is None, "a stored value ran as script"
-            assert page.get_by_text("official Jupyter news").count() == 0
-            # the check would have seen it: the same payload, unescaped, runs in this page
-            page.evaluate(
-                "(p) => document.body.insertAdjacentHTML('beforeend', p.replace('__wb_pwned', '__wb_canary'))",
-                PAYLOADS[0],
-            )
-            _wait(lambda: page.evaluate("() => window.__wb_canary") == 1, 10, "the canary payload to run")
-            assert PWNED in PAYLOADS[0]
-        except Exception:
-            page.screenshot(path=os.path.join(ARTIFACTS, "hostile-failure.png"))
-            raise
-        finally:
-            browser.close()
+    with _page(1600, "hostile-failure.png") as page:
+        _run_notebook(page, url, token, "hostile.ipynb")
+        dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-sessions-picker")).first
+        dash.wait_for(state="visible", timeout=120_000)
+        status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
+        _wait(lambda: "interrupted" in status(), 60, "the cut-off session to read interrupted")
+        # the inspector (the second cell) shows the failed candidate's (hostile) error class
+        _wait(lambda: "build-error" in dash.inner_text(), 60, "the inspector to show trial 5's error")
+        # the legend and a hover label of the curves
+        plot = dash.locator(".js-plotly-plot").first
+        assert info["strategies"]["no-rewrite"] in plot.locator(".legend").first.text_content()
+        hover = plot.locator(".hoverlayer .hovertext")
+        for point in plot.locator(".scatterlayer path.point").all()[:12]:
+            point.hover(force=True)
+            if hover.count():
+                break
+        _wait(lambda: hover.count(), 10, "a hover label on the curves")
+        assert any(pl in hover.first.text_content() for pl in PAYLOADS), hover.first.text_content()
+        # the records table
+        dash.locator(".lm-TabBar-tab", has_text="Records").first.click()
+        table = dash.locator(".wb-table").first
+        table.wait_for(state="visible", timeout=30_000)
+        assert info["strategies"]["no-rewrite"] in table.inner_text()
+        # the other session, chosen in the picker: failed, with its (hostile) message
+        dash.locator(".wb-sessions-picker select").first.select_option(index=0)  # session 1
+        _wait(lambda: "failed" in status(), 60, "the failed session to be shown")
+        text = dash.inner_text()
+        for payload in PAYLOADS:
+            assert payload in text, f"{payload!r} is not shown as text"
+        assert info["workload"] in text
+        dash.screenshot(path=os.path.join(ARTIFACTS, "hostile-store.png"))
+        assert page.evaluate("() => window.__wb_pwned") is None, "a stored value ran as script"
+        assert page.get_by_text("official Jupyter news").count() == 0
+        # the check would have seen it: the same payload, unescaped, runs in this page
+        page.evaluate(
+            "(p) => document.body.insertAdjacentHTML('beforeend', p.replace('__wb_pwned', '__wb_canary'))",
+            PAYLOADS[0],
+        )
+        _wait(lambda: page.evaluate("() => window.__wb_canary") == 1, 10, "the canary payload to run")
+        assert PWNED in PAYLOADS[0]
 
 
 def test_recorded_session_views_answer_their_controls_in_jupyterlab(lab):
     """The views with controls, driven as a person would: a brush on the decision space's GFLOPS axis filters the
     records table; an edited decision in the inspector is measured as a variant chosen by the user; the compare
     view's picker adds a session to the plot."""
-    _chromium()
-    from playwright.sync_api import sync_playwright
 
     url, token, info = lab
     lab_root = info["lab_root"]
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
-        try:
-            _run_notebook(page, url, token, "views.ipynb")
-            dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-status")).first
-            dash.wait_for(state="visible", timeout=300_000)
-            status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
-            _wait(lambda: "finished" in status(), 60, "the session to read finished")
+    with _page(1600, "views-failure.png") as page:
+        _run_notebook(page, url, token, "views.ipynb")
+        dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-status")).first
+        dash.wait_for(state="visible", timeout=300_000)
+        status = lambda: dash.locator(".wb-status").first.inner_text()  # noqa: E731
+        _wait(lambda: "finished" in status(), 60, "the session to read finished")
 
-            # decision space: drag along the GFLOPS axis over its upper half, from its middle to beyond its top
-            dash.locator(".lm-TabBar-tab", has_text="Decision space").first.click()
-            space = dash.locator(".wb-decision-space").first
-            axis = space.locator(".parcoords .y-axis").filter(has=page.locator(".axis-title", has_text="GFLOPS")).first
-            axis.wait_for(state="visible", timeout=60_000)
-            axis.scroll_into_view_if_needed()
-            box = axis.locator(".axis-brush .background").first.bounding_box()
-            x = box["x"] + box["width"] / 2
-            page.mouse.move(x, box["y"] + box["height"] * 0.55)
-            page.mouse.down()
-            page.mouse.move(x, box["y"] - 12, steps=12)  # past the top: the brush reaches the axis maximum
-            page.mouse.up()
-            dash.locator(".lm-TabBar-tab", has_text="Records").first.click()
-            note = dash.locator(".widget-html", has_text="filtered by the decision-space brush").first
-            _wait(lambda: note.count() and note.is_visible(), 30, "the records table to follow the brush")
-            shown, total = (int(v) for v in re.search(r"(\d+) of (\d+) measured", note.inner_text()).groups())
-            assert 0 < shown < total, (shown, total)
-            table = dash.locator(".wb-table").first
-            _wait(lambda: table.locator("tbody tr").count() == shown, 30, "the table to show the brushed rows")
-            # Export CSV writes the rows inside the brush next to the store, and says where
-            dash.locator(".widget-button", has_text="Export CSV").first.click()
-            wrote = dash.locator(".widget-html", has_text="records inside the decision-space brush").first
-            _wait(lambda: wrote.count() and wrote.is_visible(), 30, "the export to say what it wrote")
-            path = re.search(r"to (\S+\.csv)", wrote.inner_text()).group(1)
-            assert f"wrote {shown} records" in wrote.inner_text()
-            with open(os.path.join(lab_root, path)) as f:
-                assert len(f.read().strip().splitlines()) == shown + 1  # a header and the brushed rows
-            dash.screenshot(path=os.path.join(ARTIFACTS, "views-brushed.png"))
+        # decision space: drag along the GFLOPS axis over its upper half, from its middle to beyond its top
+        dash.locator(".lm-TabBar-tab", has_text="Decision space").first.click()
+        space = dash.locator(".wb-decision-space").first
+        axis = space.locator(".parcoords .y-axis").filter(has=page.locator(".axis-title", has_text="GFLOPS")).first
+        axis.wait_for(state="visible", timeout=60_000)
+        axis.scroll_into_view_if_needed()
+        box = axis.locator(".axis-brush .background").first.bounding_box()
+        x = box["x"] + box["width"] / 2
+        page.mouse.move(x, box["y"] + box["height"] * 0.55)
+        page.mouse.down()
+        page.mouse.move(x, box["y"] - 12, steps=12)  # past the top: the brush reaches the axis maximum
+        page.mouse.up()
+        dash.locator(".lm-TabBar-tab", has_text="Records").first.click()
+        note = dash.locator(".widget-html", has_text="filtered by the decision-space brush").first
+        _wait(lambda: note.count() and note.is_visible(), 30, "the records table to follow the brush")
+        shown, total = (int(v) for v in re.search(r"(\d+) of (\d+) measured", note.inner_text()).groups())
+        assert 0 < shown < total, (shown, total)
+        table = dash.locator(".wb-table").first
+        _wait(lambda: table.locator("tbody tr").count() == shown, 30, "the table to show the brushed rows")
+        # Export CSV writes the rows inside the brush next to the store, and says where
+        dash.locator(".widget-button", has_text="Export CSV").first.click()
+        wrote = dash.locator(".widget-html", has_text="records inside the decision-space brush").first
+        _wait(lambda: wrote.count() and wrote.is_visible(), 30, "the export to say what it wrote")
+        path = re.search(r"to (\S+\.csv)", wrote.inner_text()).group(1)
+        assert f"wrote {shown} records" in wrote.inner_text()
+        with open(os.path.join(lab_root, path)) as f:
+            assert len(f.read().strip().splitlines()) == shown + 1  # a header and the brushed rows
+        dash.screenshot(path=os.path.join(ARTIFACTS, "views-brushed.png"))
 
-            # what-if: trial 1 in the inspector, a tile decision's factors reversed (same product), measured
-            dash.locator(".lm-TabBar-tab", has_text="Inspector").first.click()
-            inspector = dash.locator(".wb-inspector").first
-            inspector.locator(".widget-inline-hbox input").first.fill("1")
-            inspector.locator(".widget-button", has_text="Inspect").first.click()
-            inspector.locator(".lm-TabBar-tab", has_text="trace & decisions").first.click()
-            whatif = inspector.locator(".wb-whatif").first
-            fields = whatif.locator(".widget-text input")
-            _wait(lambda: fields.count(), 60, "the what-if fields")
-            for i in range(fields.count()):
-                factors = [f.strip() for f in fields.nth(i).input_value().split(",")]
-                if len(factors) > 1 and factors != factors[::-1]:
-                    fields.nth(i).fill(", ".join(factors[::-1]))
-                    fields.nth(i).press("Enter")
-                    break
-            else:
-                raise AssertionError("no tile decision whose factors change when reversed")
-            whatif.locator(".widget-button", has_text="Measure this variant").click()
-            opened = whatif.locator(".widget-button", has_text="Inspect record")
-            _wait(lambda: opened.count() and opened.is_visible(), 180, "the variant to be measured")
-            assert "verified" in whatif.inner_text(), whatif.inner_text()
-            opened.click()
-            _wait(lambda: "chosen by user" in inspector.inner_text(), 30, "the new record in the inspector")
-            dash.screenshot(path=os.path.join(ARTIFACTS, "views-what-if.png"))
+        # what-if: trial 1 in the inspector, a tile decision's factors reversed (same product), measured
+        dash.locator(".lm-TabBar-tab", has_text="Inspector").first.click()
+        inspector = dash.locator(".wb-inspector").first
+        inspector.locator(".widget-inline-hbox input").first.fill("1")
+        inspector.locator(".widget-button", has_text="Inspect").first.click()
+        inspector.locator(".lm-TabBar-tab", has_text="trace & decisions").first.click()
+        whatif = inspector.locator(".wb-whatif").first
+        fields = whatif.locator(".widget-text input")
+        _wait(lambda: fields.count(), 60, "the what-if fields")
+        for i in range(fields.count()):
+            factors = [f.strip() for f in fields.nth(i).input_value().split(",")]
+            if len(factors) > 1 and factors != factors[::-1]:
+                fields.nth(i).fill(", ".join(factors[::-1]))
+                fields.nth(i).press("Enter")
+                break
+        else:
+            raise AssertionError("no tile decision whose factors change when reversed")
+        whatif.locator(".widget-button", has_text="Measure this variant").click()
+        opened = whatif.locator(".widget-button", has_text="Inspect record")
+        _wait(lambda: opened.count() and opened.is_visible(), 180, "the variant to be measured")
+        assert "verified" in whatif.inner_text(), whatif.inner_text()
+        opened.click()
+        _wait(lambda: "chosen by user" in inspector.inner_text(), 30, "the new record in the inspector")
+        dash.screenshot(path=os.path.join(ARTIFACTS, "views-what-if.png"))
 
-            # compare: one session drawn, then both picked
-            compare = page.locator(".wb-compare").first
-            compare.scroll_into_view_if_needed()
-            curves = lambda: compare.locator(".scatterlayer .trace").count()  # noqa: E731
-            _wait(lambda: curves() == 1, 30, "the compare view's single curve")
-            picker = compare.locator(".widget-select-multiple select").first
-            assert picker.locator("option").count() == 2
-            picker.select_option(index=[0, 1])
-            _wait(lambda: curves() == 2, 30, "a second curve once both sessions are picked")
-            compare.screenshot(path=os.path.join(ARTIFACTS, "views-compare.png"))
-        except Exception:
-            page.screenshot(path=os.path.join(ARTIFACTS, "views-failure.png"))
-            raise
-        finally:
-            browser.close()
+        # compare: one session drawn, then both picked
+        compare = page.locator(".wb-compare").first
+        compare.scroll_into_view_if_needed()
+        curves = lambda: compare.locator(".scatterlayer .trace").count()  # noqa: E731
+        _wait(lambda: curves() == 1, 30, "the compare view's single curve")
+        picker = compare.locator(".widget-select-multiple select").first
+        assert picker.locator("option").count() == 2
+        picker.select_option(index=[0, 1])
+        _wait(lambda: curves() == 2, 30, "a second curve once both sessions are picked")
+        compare.screenshot(path=os.path.join(ARTIFACTS, "views-compare.png"))

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from workbench import cost_model, interfaces, layouts, measure, presets, space, tvm_env, tvm_private
+from workbench import cost_model, interfaces, layouts, measure, presets, space, tvm_private
 from workbench.errors import WorkbenchError
 from workbench.workloads import workload_from_spec
 
@@ -48,17 +48,6 @@ def _broken_and_slow_modules():
             B[k % 16] = B[(k * 7 + 3) % 16] * T.float32(0.5) + A[k % 16]
 
     return tvm.IRModule({"main": unbuildable}), tvm.IRModule({"main": slow})
-
-
-@pytest.fixture(scope="module")
-def pools():
-    """A builder and a local runner for the suites that need built kernels."""
-    tvm_env.setup()
-    b = measure.make_builder(TARGET, PRESET)
-    r = measure.make_runner(None, TARGET, PRESET)
-    yield b, r
-    r.close()
-    b.close()
 
 
 @pytest.fixture(scope="module")

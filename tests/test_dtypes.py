@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from workbench import dtypes, layouts, measure, presets, space, tvm_env
+from workbench import dtypes, layouts, measure, presets, space
 from workbench.errors import WorkbenchError
 from workbench.workloads import workload_from_spec
 
@@ -50,16 +50,6 @@ OPS = {
 def spec(op_key, dtype, name=None, **extra):
     op, params = OPS[op_key]
     return dict({"name": name or f"{op_key}-{dtype}", "op": op, "dtype": dtype, "params": params}, **extra)
-
-
-@pytest.fixture(scope="module")
-def pools():
-    tvm_env.setup()
-    b = measure.make_builder(TARGET, PRESET)
-    r = measure.make_runner(None, TARGET, PRESET)
-    yield b, r
-    r.close()
-    b.close()
 
 
 # ---------------------------------------------------------------- specs as data
