@@ -642,7 +642,7 @@ class TuningSession(SessionLifecycle):
             )
         )
         with _timed(phases, "build"):
-            builds = self._build_and_search_ahead(strategy, n, proposals, phases)
+            builds = self._build_and_search_ahead(strategy, proposals, phases)
         best_before = self.state.best_ms()
         measured: list = []  # (proposal, record)
 
@@ -737,7 +737,7 @@ class TuningSession(SessionLifecycle):
             keep_artifact=run_result is None,
         )
 
-    def _build_and_search_ahead(self, strategy: str, n: int, proposals: list, phases: dict) -> list:
+    def _build_and_search_ahead(self, strategy: str, proposals: list, phases: "RoundClock") -> list:
         """Build the round's proposals; with the preset's ``overlap``, search the next round meanwhile (the
         builds run in the builder's worker processes) for the strategy the controller will likely pick. Both
         end before anything is timed, and a what-if measurement waits for both (``_bench``)."""
@@ -814,15 +814,13 @@ class TuningSession(SessionLifecycle):
 
 
 @contextlib.contextmanager
-def _timed(phases: dict, name: str):
-    t = time.time()
-    start = phases.now() if isinstance(phases, RoundClock) else None
+def _timed(phases: "RoundClock", name: str):
+    t, start = time.time(), phases.now()
     try:
         yield
     finally:
         phases[name] += time.time() - t
-        if start is not None:
-            phases.spans.append([name, round(start, 3), round(phases.now(), 3)])
+        phases.spans.append([name, round(start, 3), round(phases.now(), 3)])
 
 
 class RoundClock(dict):
