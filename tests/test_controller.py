@@ -254,3 +254,18 @@ def test_halving_keeps_a_slow_starter_that_is_better_at_equal_trials():
     assert c.arms["b"].pruned and not c.arms["a"].pruned and picks[4:] == ["a", "a"]
     with pytest.raises(WorkbenchError):
         make_policy("halving", stage_trials=0)
+
+
+def test_likely_next_guesses_the_choice_after_the_running_round_without_choosing():
+    c = StrategyController(["a", "b", "c"], mode="auto")
+    assert c.choose().strategy == "a"
+    assert c.likely_next("a") == "b"  # warm-up: the running round counts as a's
+    for s in ("a", "b", "c"):
+        c.observe(s, 1.0, None, 8)
+    assert c.likely_next("b") == "b"  # after the warm-up the current arm is the guess
+    assert c.choose() is not None and c.arms["a"].rounds == 1  # the guesses changed nothing
+    rr = StrategyController(["a", "b"], mode="round-robin")
+    assert rr.choose().strategy == "a" and rr.likely_next("a") == "b" and rr.choose().strategy == "b"
+    assert StrategyController(["only"]).likely_next("only") == "only"
+    c.pick("c")
+    assert c.likely_next("a") == "c"

@@ -374,17 +374,20 @@ class StrategyController:
                 return live[0]
             if self.mode == "round-robin":
                 return live[self._rr % len(live)]
-            rounds = {s: self.arms[s].rounds + (s == current) for s in live}
-            cold = [s for s in live if rounds[s] < self.warmup_rounds]
-            if cold:
-                return min(cold, key=lambda x: rounds[x])
-            return current if current in live else None
+            warm_up = self._warm_up_arm(live, {current: 1})
+            return warm_up or (current if current in live else None)
+
+    def _warm_up_arm(self, live, pending: dict | None = None) -> str | None:
+        """The arm the warm-up gives the next round (arms in turn: the least tried first, then in order), None
+        once every live arm has had its warm-up rounds; ``pending``: rounds running now, counted as done."""
+        rounds = {s: self.arms[s].rounds + (pending or {}).get(s, 0) for s in live}
+        cold = [s for s in live if rounds[s] < self.warmup_rounds]
+        return min(cold, key=lambda x: rounds[x]) if cold else None
 
     def _decide_auto(self, live) -> Decision:
         scores = self._scores(live)
-        cold = [s for s in live if self.arms[s].rounds < self.warmup_rounds]
-        if cold:
-            s = min(cold, key=lambda x: self.arms[x].rounds)  # arms in turn: the least tried first, then in order
+        s = self._warm_up_arm(live)
+        if s is not None:
             why = "a first round" if self.warmup_rounds == 1 else f"{self.warmup_rounds} rounds, in turn"
             return Decision(s, "controller", "auto", scores, f"warm-up: every strategy gets {why}")
         best = max(live, key=lambda s: (scores[s], -self.strategies.index(s)))
