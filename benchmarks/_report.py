@@ -70,9 +70,11 @@ def best_over_time(timeline):
     return out
 
 
-def arithmetic_intensity(flops: float, arg_shapes) -> float:
-    """FLOPs per byte of compulsory traffic (every input read once, the output written once; fp32)."""
-    nbytes = 4 * sum(math.prod(s) for s in arg_shapes)
+def arithmetic_intensity(flops: float, arg_shapes, itemsizes=None) -> float:
+    """FLOPs per byte of compulsory traffic (every input read once, the output written once); ``itemsizes``: bytes
+    per element of each argument (default 4, fp32)."""
+    itemsizes = itemsizes or [4] * len(arg_shapes)
+    nbytes = sum(math.prod(s) * b for s, b in zip(arg_shapes, itemsizes))
     return flops / nbytes
 
 

@@ -352,7 +352,7 @@ def main():
         return
 
     from workbench import tvm_env
-    from workbench.workloads import registry
+    from workbench.workloads import itemsize, registry
 
     mode = MODES[args.mode]
     budgets = args.trials or mode["budgets"]
@@ -405,7 +405,7 @@ def main():
                 "op": w.op,
                 "flops": w.flops,
                 "arg_shapes": w.arg_shapes,
-                "intensity": _report.arithmetic_intensity(w.flops, w.arg_shapes),
+                "intensity": _report.arithmetic_intensity(w.flops, w.arg_shapes, [itemsize(d) for d in w.arg_dtypes]),
             }
         )
     protocol.phase("the peak microbenchmark")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.workloads import OPS, load_spec_file, registry, workload_from_spec
+from workbench.workloads import OPS, itemsize, load_spec_file, registry, workload_from_spec
 
 
 def test_registry_covers_the_suites_and_networks():
@@ -22,6 +22,20 @@ def test_registry_covers_the_suites_and_networks():
     mb = reg.network("mobilenet_v2")
     assert sum(w.weight for w in mb) == 52
     assert {w.op for w in mb} == {"conv2d", "depthwise_conv2d"}
+
+
+def test_element_sizes_follow_the_dtype():
+    # The memory check and the arithmetic intensity count each argument at its own width, not as fp32.
+    sizes = {d: itemsize(d) for d in ("float32", "int32", "bfloat16", "uint8", "int8", "float8_e4m3fn", "float8_e5m2")}
+    assert sizes == {
+        "float32": 4,
+        "int32": 4,
+        "bfloat16": 2,
+        "uint8": 1,
+        "int8": 1,
+        "float8_e4m3fn": 1,
+        "float8_e5m2": 1,
+    }
 
 
 def test_flops_and_weights_of_a_resnet_layer():
