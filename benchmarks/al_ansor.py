@@ -87,6 +87,7 @@ VARIANTS = {
     "adaptive-lam0": {"controller_lam": 0.0},
     "adaptive-uniform": {"controller_policy": "uniform"},
     "adaptive-no-cross-seed": {"cross_seed": False},
+    "adaptive-per-strategy-models": {"shared_cost_model": False},
 }
 PAPER = {"no-rewrite": 13.81, "transform-stage": 12.41, "pre-transformed": 16.59}  # abstract; mapping inferred
 
@@ -608,7 +609,7 @@ def _write_md(out_dir):
         "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
         "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
         "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-warm2`: `optimistic-best` after a warm-up of two rounds per arm (arms in turn) instead of one; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
-        "`adaptive-uniform`, `adaptive-no-cross-seed`: ablations of the design, see workbench/controller.py). Latencies are deployment "
+        "`adaptive-uniform`, `adaptive-no-cross-seed`, `adaptive-per-strategy-models`: ablations of the design, see workbench/controller.py). Latencies are deployment "
         "latencies: transform-stage includes its weight copy on every call. The paper's abstract reports "
         f"{' / '.join(str(v) for v in PAPER.values())} % over its three fixed strategies (which number belongs to which "
         "strategy is not stated there).",

@@ -258,6 +258,8 @@ COST_MODELS = {
     name: (lambda cls=cls: cls(seed=0, max_rounds=100, early_stop=10, warmup=8, nthread=1))
     for name, cls in cost_model.COST_MODELS.items()
 }
+# One model per layout strategy (preset shared_cost_model=False), routing by the features' strategy one-hot.
+COST_MODELS["per-strategy pack-sum"] = lambda: cost_model.PerStrategyModels(COST_MODELS[cost_model.PackSumXGB.name])
 
 
 @pytest.fixture(params=sorted(COST_MODELS))
@@ -280,7 +282,7 @@ def _rank_correlation(a, b):
 
 def test_cost_model_conforms_and_is_random_before_training(model):
     assert isinstance(model, interfaces.CostModel)
-    assert cost_model.COST_MODELS[model.name] is type(model) and isinstance(model.calibrated, bool)
+    assert model.name in cost_model.COST_MODELS and isinstance(model.calibrated, bool)
     rng = np.random.default_rng(0)
     progs, _ = _programs(rng, 5)
     assert model.n_samples == 0 and not model.trained and model.last_train_rounds == 0

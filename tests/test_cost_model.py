@@ -204,3 +204,43 @@ def test_a_prior_trained_on_other_features_is_refused(tmp_path, monkeypatch):
     prior.save(_trained_on(PackSumXGB, [_program(rng, 2) for _ in range(50)], "old"), {})
     with pytest.raises(WorkbenchError, match="trained on 8 features, this version computes .*retrain it"):
         prior.load("pack-sum")
+
+
+def test_per_strategy_models_learn_each_strategy_from_its_own_programs_only():
+    from workbench import cost_model
+
+    def make():
+        return cost_model.PackSumXGB(seed=0, max_rounds=60, early_stop=10, warmup=8, nthread=1)
+
+    model = cost_model.PerStrategyModels(make)
+    rng = np.random.default_rng(3)
+    k = cost_model.N_STRATEGIES
+
+    def program(strategy: int):
+        f = rng.uniform(0, 1, size=(2, cost_model.N_FEATURES)).astype(np.float32)
+        f[:, -k:] = np.eye(k, dtype=np.float32)[strategy]
+        return f
+
+    # Opposite truths: under strategy 0 a large feature 0 is fast, under strategy 1 it is slow.
+    for _ in range(60):
+        for s, sign in ((0, 1.0), (1, -1.0)):
+            p = program(s)
+            model.add(p, 1.0 / (2.0 + sign * p[:, 0].sum()), "w")
+    assert model.n_samples == 120 and not model.calibrated and model.name == "pack-sum"
+    assert model.untrained_scores(2) is not None and model.train() and model.trained
+    test = [program(s) for s in (0, 1) for _ in range(20)]
+    pred = model.predict(test)
+    x = np.array([p[:, 0].sum() for p in test])
+    assert np.corrcoef(pred[:20], x[:20])[0, 1] > 0.7  # strategy 0's model: faster with feature 0
+    assert np.corrcoef(pred[20:], x[20:])[0, 1] < -0.7  # strategy 1's own model: the other way
+    # a strategy with no programs yet gets random scores while the others are trained
+    assert np.all((model.predict([program(2)]) >= 0) & (model.predict([program(2)]) < 1))
+
+
+def test_one_model_per_strategy_needs_the_one_hot_and_no_prior():
+    from workbench.errors import WorkbenchError
+
+    assert presets.get("quick", shared_cost_model=False).shared_cost_model is False
+    for bad in ({"strategy_onehot": False}, {"prior": True}):
+        with pytest.raises(WorkbenchError, match="one cost model per strategy"):
+            presets.get("quick", shared_cost_model=False, **bad)

@@ -260,6 +260,83 @@ class PairwiseRankXGB(PackSumXGB):
         return obj, metric
 
 
+class PerStrategyModels(interfaces.CostModel):
+    """One model per layout strategy instead of one shared by all (the AL-Ansor ablation "no shared model",
+    preset ``shared_cost_model=False``): a program goes to the model of the strategy its features' one-hot
+    names (``Featurizer`` with ``strategy_onehot``); programs without a one-hot all go to one model. Each model
+    labels its programs relative to its own strategy's best, so scores of different strategies are not on one
+    scale (``calibrated`` is False) and each arm's search learns only from its own programs."""
+
+    calibrated = False
+
+    def __init__(self, make_model):
+        self._make = make_model
+        self._models: dict[int, PackSumXGB] = {}
+        self._lock = threading.Lock()
+        self.name = make_model().name
+        self._rng = np.random.default_rng(0)
+
+    def _model(self, key: int) -> PackSumXGB:
+        with self._lock:
+            if key not in self._models:
+                self._models[key] = self._make()
+            return self._models[key]
+
+    @staticmethod
+    def _key(feats: np.ndarray) -> int:
+        onehot = np.asarray(feats)[0, -N_STRATEGIES:]
+        hot = np.flatnonzero(onehot == 1.0)
+        return int(hot[0]) if len(hot) == 1 and np.count_nonzero(onehot) == 1 else -1
+
+    def _all(self) -> list:
+        with self._lock:
+            return list(self._models.values())
+
+    @property
+    def n_samples(self) -> int:
+        return sum(m.n_samples for m in self._all())
+
+    @property
+    def trained(self) -> bool:
+        return any(m.trained for m in self._all())
+
+    @property
+    def has_prior(self) -> bool:
+        return False
+
+    prior_meta: dict = {}
+
+    @property
+    def last_train_rounds(self) -> int:
+        return max((m.last_train_rounds for m in self._all()), default=0)
+
+    def add(self, feats: np.ndarray, latency_ms: float | None, group: str) -> None:
+        self._model(self._key(feats)).add(feats, latency_ms, group)
+
+    def train(self) -> bool:
+        trained = [m.train() for m in self._all()]
+        return any(trained)
+
+    def predict(self, feats: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros(len(feats))
+        keys = np.array([self._key(f) for f in feats], dtype=int)
+        for key in set(keys.tolist()):
+            idx = np.flatnonzero(keys == key)
+            out[idx] = self._model(key).predict([feats[i] for i in idx])
+        return out
+
+    def untrained_scores(self, n: int) -> np.ndarray | None:
+        # which strategy asks is in the features only: while no strategy's model is trained, random scores
+        return None if self.trained else self._rng.uniform(0, 1, n)
+
+    def feature_importance(self) -> dict:
+        total: dict = {}
+        for m in self._all():
+            for k, v in m.feature_importance().items():
+                total[k] = total.get(k, 0.0) + v
+        return total
+
+
 COST_MODELS = {m.name: m for m in (PackSumXGB, PairwiseRankXGB)}
 DEFAULT_COST_MODEL = PackSumXGB.name
 

@@ -68,6 +68,9 @@ class Preset:
     controller_warmup_rounds: int = 1
     # The strategy one-hot in the shared cost model's features (off only for the AL-Ansor ablation).
     strategy_onehot: bool = True
+    # One cost model shared by every strategy's search (AL-Ansor); False: one model per strategy, each
+    # trained on its own strategy's programs only (the ablation; cost_model.PerStrategyModels).
+    shared_cost_model: bool = True
     # The cost model (cost_model.COST_MODELS): "pack-sum" regression (Ansor's) or "pairwise-rank".
     cost_model: str = "pack-sum"
     # Start the cost model from the prior shipped for it (workbench.prior): it ranks the first rounds.
@@ -168,6 +171,11 @@ def get(name, **overrides) -> Preset:
 
     if p.cost_model not in COST_MODELS:
         raise WorkbenchError(f"unknown cost model {p.cost_model!r}; valid: {', '.join(COST_MODELS)}")
+    if not p.shared_cost_model and (p.prior or not p.strategy_onehot):
+        raise WorkbenchError(
+            "one cost model per strategy (shared_cost_model=False) routes programs by the strategy one-hot and "
+            "has no prior: it needs strategy_onehot=True and prior=False"
+        )
     if p.prior:
         from . import prior
 

@@ -349,11 +349,7 @@ class TuningSession(SessionLifecycle):
         w = self.workload
         self.target = tvm_env.make_target(self.target_dict)
         p = self.preset
-        self.model = (
-            self._shared_model
-            if self._shared_model is not None
-            else cm.make_cost_model(p.cost_model, self.seed, p, tvm_env.available_cores(), with_prior=p.prior)
-        )
+        self.model = self._shared_model if self._shared_model is not None else self._new_cost_model()
         self.featurizer = cm.Featurizer(
             space.tune_context(
                 w, self.target, "no-rewrite", p, self.seed, search=False, threads=tvm_env.available_cores()
@@ -421,6 +417,16 @@ class TuningSession(SessionLifecycle):
             self.noise.start()
         if prior:
             self._restore(prior)
+
+    def _new_cost_model(self):
+        p = self.preset
+
+        def make():
+            return cm.make_cost_model(p.cost_model, self.seed, p, tvm_env.available_cores(), with_prior=p.prior)
+
+        if p.shared_cost_model or len(self.strategies) < 2:
+            return make()
+        return cm.PerStrategyModels(make)
 
     def _compose_steps(self) -> None:
         """The loop's steps (workbench/loop.py), wired to this session's collaborators and state."""
