@@ -104,6 +104,8 @@ def method_of(sess) -> str | None:
         "controller_lam": pp.get("controller_lam"),
         "strategy_onehot": pp.get("strategy_onehot", True),
         "controller_warmup_rounds": pp.get("controller_warmup_rounds", 1),
+        "cross_seed": pp.get("cross_seed", True),
+        "shared_cost_model": pp.get("shared_cost_model", True),
     }
     from workbench.presets import Preset
 
