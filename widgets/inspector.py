@@ -12,6 +12,7 @@ import ipywidgets as W
 
 from workbench import space
 from workbench.errors import WorkbenchError
+from workbench.program import intrinsics_line, tensor_intrinsics
 from workbench.workloads import workload_from_spec
 
 from .common import fmt, noise_note, pre
@@ -286,10 +287,11 @@ class CandidateInspector:
             self._cache.move_to_end(record_id)
             return self._cache[record_id]
         rec = self.store_of().record(record_id)
-        out = {"record": rec, "tir": None, "trace": None, "decisions": [], "replay_error": None}
+        out = {"record": rec, "tir": None, "trace": None, "decisions": [], "replay_error": None, "intrinsics": []}
         try:
             sch = space.schedule_from_trace_json(workload_from_spec(self.model.spec), rec["trace"])
             out["tir"] = sch.mod.script()
+            out["intrinsics"] = tensor_intrinsics(sch)
             out["trace"] = str(sch.trace)
             out["decisions"] = space.decisions_of(sch.trace)
         except Exception as e:  # a stored trace that no longer replays is itself worth showing
@@ -342,7 +344,12 @@ class CandidateInspector:
                     self.panes[1].value = pre(rec["trace"][:4000])
                     self.what_if.load(rec, [])
                 else:
-                    self.panes[0].value = pre(p["tir"])
+                    used = (
+                        f"<div><b>tensor intrinsics:</b> {html.escape(intrinsics_line(p['intrinsics']))}</div>"
+                        if p["intrinsics"]
+                        else ""
+                    )
+                    self.panes[0].value = used + pre(p["tir"])
                     self.panes[1].value = self._decisions_html(p["decisions"]) + pre(p["trace"])
                     self.what_if.load(rec, p["decisions"])
                 if best is None:

@@ -23,6 +23,16 @@ nest), so the layout follows the schedule, as in Ansor.
 Every strategy works on every workload dtype (``dtypes``): a layout moves
 elements, whatever their type, and the offline rewrites (``IndexMap.map_tensor``)
 return the weights in their own dtype (int8, bfloat16, FP8).
+
+A sketch tiled for a tensor intrinsic (``intrinsics``: int8 on VNNI hardware)
+needs its weights in the order the instruction reads them, whatever the
+candidate's tiles: output channels in blocks of 16, each block's 4 reduction
+elements innermost (HWIO -> O/16 H W I/4 16o 4i, KN -> N/16 K/4 16n 4k). The
+strategies that rewrite weights (``intrinsic_pack``) give such a sketch that
+layout, offline (pre-transformed, packed: the same layout for both) or as a
+parallel copy stage inside the program (transform-stage); their usual layout
+postprocessors serve every other sketch. no-rewrite reads the weights as given
+and so never offers tensorized sketches.
 """
 
 from __future__ import annotations
@@ -72,11 +82,7 @@ def _inline_transform_stage():
                 for blk in sch.get_child_blocks(sch.get_sblock("root")):
                     if PREPROC in sch.get(blk).annotations:
                         sch.unannotate(blk, PREPROC)
-                        loops = sch.get_loops(blk)
-                        # As Ansor's INSERT_TRANSFORM_STAGE: fuse the outer loops, then parallel.
-                        n = 3 if len(loops) >= 5 else (2 if len(loops) >= 3 else 1)
-                        outer = sch.fuse(*loops[:n]) if n > 1 else loops[0]
-                        sch.parallel(outer)
+                        _parallel_copy_stage(sch, blk)
                 return True
 
             def clone(self):
@@ -159,19 +165,198 @@ def _packed_weights():
     return _PACKED_CLS()
 
 
+_INTRIN_PACK_CLS = None
+
+
+def _blocks_under(sch, block) -> list:
+    out, todo = [], list(sch.get_child_blocks(block))
+    while todo:
+        b = todo.pop()
+        out.append(b)
+        todo.extend(sch.get_child_blocks(b))
+    return out
+
+
+def _parallel_copy_stage(sch, blk) -> None:
+    """As Ansor's INSERT_TRANSFORM_STAGE: fuse the outer loops of the weight copy, then parallel."""
+    loops = sch.get_loops(blk)
+    n = 3 if len(loops) >= 5 else (2 if len(loops) >= 3 else 1)
+    sch.parallel(sch.fuse(*loops[:n]) if n > 1 else loops[0])
+
+
+def _intrinsic_map(rank: int, lane_axis: int, reduce_axis: int, lanes: int, reduce: int):
+    from tvm.tirx import IndexMap
+
+    def f(*i):
+        rest = [i[d] // reduce if d == reduce_axis else i[d] for d in range(rank) if d != lane_axis]
+        return (i[lane_axis] // lanes, *rest, i[lane_axis] % lanes, i[reduce_axis] % reduce)
+
+    return IndexMap.from_func(f, ndim=rank, index_dtype="int32")
+
+
+def _pack_for_intrinsics(sch, in_program: bool) -> bool:
+    """Give every weight read by a block tiled for a tensor intrinsic the instruction's layout (a cached copy,
+    marked as the offline rewrite unless ``in_program``). False when the program has no such block."""
+    from tvm.tirx.analysis import undefined_vars
+
+    from . import intrinsics
+
+    func = sch.mod["main"]
+    free = [int(i) for i in func.attrs["layout_free_buffers"]] if "layout_free_buffers" in func.attrs else []
+    names = {func.params[i].name for i in free}
+    found = False
+    for outer in _blocks_under(sch, sch.get_sblock("root")):
+        intrin = intrinsics.INTRINSICS.get(str(sch.get(outer).annotations.get(intrinsics.AUTO_TENSORIZE, "")))
+        if intrin is None:
+            continue
+        found = True
+        for idx, region in enumerate(sch.get(outer).reads):
+            if region.source.name not in names:
+                continue
+            # the tile the intrinsic replaces: its lane (spatial) and reduction iterators index the weight's axes
+            inner = next(
+                (
+                    sch.get(b)
+                    for b in sch.get_child_blocks(outer)
+                    if any(r.source.same_as(region.source) for r in sch.get(b).reads)
+                ),
+                None,
+            )
+            if inner is None:
+                continue
+            lane = [iv.var for iv in inner.iter_vars if int(iv.iter_type) == 0 and int(iv.dom.extent) == intrin.lanes]
+            red = [iv.var for iv in inner.iter_vars if int(iv.iter_type) == 2 and int(iv.dom.extent) == intrin.reduce]
+            access = next(r for r in inner.reads if r.source.same_as(region.source))
+
+            def axis_of(var_list):
+                axes = [
+                    d
+                    for d, r in enumerate(access.region)
+                    if any(v.same_as(u) for v in var_list for u in undefined_vars(r.min))
+                ]
+                return axes[0] if len(axes) == 1 else None
+
+            lane_axis, reduce_axis = axis_of(lane[-1:]), axis_of(red[-1:])
+            if lane_axis is None or reduce_axis is None or lane_axis == reduce_axis:
+                continue  # RewriteTensorize then leaves the tile as plain loops
+            cached = sch.cache_read(outer, idx, "global")
+            if in_program:
+                _parallel_copy_stage(sch, cached)
+            else:
+                sch.annotate(cached, PREPROC, True)
+            rank = len(region.source.shape)
+            sch.transform_layout(
+                outer, ("read", idx), _intrinsic_map(rank, lane_axis, reduce_axis, intrin.lanes, intrin.reduce)
+            )
+            names.discard(region.source.name)
+            break
+    return found
+
+
+_SCALAR_TILE_CLS = None
+INTRINSIC_TILE = "workbench.intrinsic_tile"  # a loop annotation: RewriteParallelVectorizeUnroll leaves the loop be
+
+
+def _intrinsic_tiles_not_vectorized():
+    """A postproc, before RewriteParallelVectorizeUnroll: marks the innermost loop around each block tiled for a
+    tensor intrinsic. That postproc never fuses an annotated loop into a vectorized one; without the mark it
+    vectorizes the loops around the tile, and the instruction (already a vector) cannot be vectorized again:
+    about half of all samples failed to build ("Cannot broadcast lanes=32 to 128")."""
+    global _SCALAR_TILE_CLS
+    if _SCALAR_TILE_CLS is None:
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+
+        from . import intrinsics
+
+        @derived_object
+        class MarkIntrinsicTiles(ms.postproc.PyPostproc):
+            def _initialize_with_tune_context(self, context) -> None:
+                pass
+
+            def apply(self, sch) -> bool:
+                for blk in _blocks_under(sch, sch.get_sblock("root")):
+                    if intrinsics.AUTO_TENSORIZE in sch.get(blk).annotations:
+                        loops = sch.get_loops(blk)
+                        if loops:
+                            sch.annotate(loops[-1], INTRINSIC_TILE, 1)
+                return True
+
+            def clone(self):
+                return MarkIntrinsicTiles()
+
+        _SCALAR_TILE_CLS = MarkIntrinsicTiles
+    return _SCALAR_TILE_CLS()
+
+
+def _intrinsic_packing(in_program: bool, otherwise: list):
+    """A postproc: weights in a tensor intrinsic's layout for a sketch tiled for one (``_pack_for_intrinsics``);
+    for any other sketch, the strategy's own layout postprocs ``otherwise``."""
+    global _INTRIN_PACK_CLS
+    if _INTRIN_PACK_CLS is None:
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+
+        @derived_object
+        class PackForIntrinsics(ms.postproc.PyPostproc):
+            def __init__(self, in_program: bool, otherwise: list):
+                super().__init__()
+                self.in_program = in_program
+                self.otherwise = list(otherwise)
+
+            def _initialize_with_tune_context(self, context) -> None:
+                for p in self.otherwise:
+                    p._initialize_with_tune_context(context)
+
+            def apply(self, sch) -> bool:
+                if _pack_for_intrinsics(sch, self.in_program):
+                    return True
+                return all(p.apply(sch) for p in self.otherwise)
+
+            def clone(self):
+                return PackForIntrinsics(self.in_program, [p.clone() for p in self.otherwise])
+
+        _INTRIN_PACK_CLS = PackForIntrinsics
+    return _INTRIN_PACK_CLS(in_program, otherwise)
+
+
 @dataclass(frozen=True)
 class LayoutStrategy(interfaces.LayoutStrategy):
-    """A strategy as data: its postprocessors come from ``make_postprocs``; every strategy is one entry of
-    ``STRATEGIES``."""
+    """A strategy as data: its postprocessors are the base ones then ``make_layout_postprocs``; every strategy is
+    one entry of ``STRATEGIES``."""
 
     name: str
     summary: str
     latency_means: str
-    make_postprocs: Callable[[], list]
+    make_layout_postprocs: Callable[[], list]
     rewrites_offline: bool = False  # deploy_inputs must transform the weights
+    # How a sketch tiled for a tensor intrinsic gets its weights in the instruction's layout: "offline",
+    # "in-program" (a copy stage the measured program runs), or None (the strategy never offers such sketches).
+    intrinsic_pack: str | None = None
 
-    def postprocs(self) -> list:
-        return self.make_postprocs()
+    @property
+    def packs_for_intrinsics(self) -> bool:
+        return self.intrinsic_pack is not None
+
+    def postprocs(self, tensorize: bool = False) -> list:
+        """A new list of postprocessors. With ``tensorize`` (a design space with sketches tiled for a tensor
+        intrinsic): the weights of such a sketch are packed for the instruction instead of by this strategy's
+        layout postprocs, and ``RewriteTensorize`` swaps the tile for the instruction at the end."""
+        layout = self.make_layout_postprocs()
+        if not (tensorize and self.packs_for_intrinsics):
+            return _base_postprocs() + layout
+        from tvm.s_tir import meta_schedule as ms
+
+        base = _base_postprocs()
+        return (
+            base[:1]
+            + [_intrinsic_tiles_not_vectorized()]
+            + base[1:]
+            + [
+                _intrinsic_packing(self.intrinsic_pack == "in-program", layout),
+                ms.postproc.RewriteTensorize(vectorize_init_loop=True),
+            ]
+        )
 
     def deploy_inputs(self, sch, workload, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The inputs the measured kernel expects, derived from the workload's inputs.
@@ -232,28 +417,31 @@ STRATEGIES: dict[str, LayoutStrategy] = {
             "no-rewrite",
             "weights keep the workload's layout; only loops are scheduled",
             "latency of the kernel reading weights in their original layout",
-            lambda: _base_postprocs(),
+            lambda: [],
         ),
         LayoutStrategy(
             "transform-stage",
             "a parallel stage inside the program copies the weights into the tiled loop order",
             "latency of the transform stage plus the kernel, paid on every call",
-            lambda: _base_postprocs() + [_rewrite(), _inline_transform_stage()],
+            lambda: [_rewrite(), _inline_transform_stage()],
+            intrinsic_pack="in-program",
         ),
         LayoutStrategy(
             "pre-transformed",
             "weights are rewritten once, offline, into the tiled loop order",
             "latency of the kernel alone; the one-off weight transform is not timed",
-            lambda: _base_postprocs() + [_rewrite()],
+            lambda: [_rewrite()],
             rewrites_offline=True,
+            intrinsic_pack="offline",
         ),
         LayoutStrategy(
             "packed",
             "weights are packed once, offline, into a fixed blocked layout: the output-channel axis split into "
             "blocks of 16/8/4 lanes, the block innermost (e.g. HWIO -> O/16 H W I 16o)",
             "latency of the kernel alone on the packed weights; the one-off packing is not timed",
-            lambda: _base_postprocs() + [_packed_weights()],
+            lambda: [_packed_weights()],
             rewrites_offline=True,
+            intrinsic_pack="offline",
         ),
     ]
 }

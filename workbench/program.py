@@ -17,6 +17,43 @@ from .store import RecordStore
 from .workloads import workload_from_spec
 
 
+def tensor_intrinsics(program) -> list[dict]:
+    """The tensor intrinsics a program uses: one ``{"intrinsic", "instruction", "block"}`` per tensorized block,
+    in the order its trace applied them. ``program`` is a ``Schedule`` (its blocks are named: ``block`` is the TIR
+    block the instruction replaced) or a bare ``Trace`` (``block`` None). ``instruction`` is the x86 instruction
+    of a workbench intrinsic (``intrinsics.INTRINSICS``), None for any other. Empty for a program without one,
+    including a sketch tiled for an intrinsic whose tile did not match it (then it runs as plain loops)."""
+    from . import intrinsics
+
+    trace = getattr(program, "trace", program)
+    out = []
+    for inst in trace.insts:
+        if inst.kind.name != "Tensorize":
+            continue
+        name = str(inst.attrs[0])
+        block = None
+        if trace is not program:
+            try:
+                block = program.get(inst.inputs[0]).name_hint
+            except Exception:  # noqa: BLE001 - a loop, or a schedule the trace is not bound to
+                block = None
+        known = intrinsics.INTRINSICS.get(name)
+        out.append({"intrinsic": name, "instruction": known.instruction if known else None, "block": block})
+    return out
+
+
+def intrinsics_line(used: list[dict]) -> str:
+    """``tensor_intrinsics`` in one line for people: ``workbench.dot_16x4_vnni (vpdpbusd, block conv2d_nhwc_o_update)``,
+    or ``none``."""
+    if not used:
+        return "none"
+    parts = []
+    for u in used:
+        where = ", ".join(x for x in (u["instruction"], u["block"] and f"block {u['block']}") if x)
+        parts.append(f"{u['intrinsic']} ({where})" if where else u["intrinsic"])
+    return "; ".join(parts)
+
+
 class TunedProgram:
     def __init__(self, workload, strategy: str, trace_json: str, target_dict: dict, latency_ms: float | None = None):
         self.workload = workload
@@ -42,6 +79,10 @@ class TunedProgram:
     @property
     def trace(self) -> str:
         return str(self.schedule.trace)
+
+    @property
+    def tensor_intrinsics(self) -> list[dict]:
+        return tensor_intrinsics(self.schedule)
 
     @property
     def kernel_mod(self):

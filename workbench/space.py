@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import layouts, tvm_env
+from . import intrinsics, layouts, tvm_env
 from .errors import WorkbenchError
 from .presets import Preset
 
@@ -33,11 +33,45 @@ def mutator_probs(preset: Preset) -> dict:
     }
 
 
-def space_generator(strategy: str, preset: Preset):
+def tensorizing_rules(intrin_name: str) -> list:
+    """MetaSchedule's llvm schedule rules with the multi-level tiling tiled for a tensor intrinsic: a block whose
+    innermost loops map onto the intrinsic is tiled around a tile of the intrinsic's shape (annotated for
+    ``RewriteTensorize``); any other block is tiled as by the plain rule (``MultiLevelTilingWithIntrin`` leaves
+    it to the plain ``MultiLevelTiling`` that follows it)."""
     from tvm.s_tir import meta_schedule as ms
 
+    rules = []
+    for rule in ms.schedule_rule.ScheduleRule.create("llvm"):
+        if type(rule).__name__ == "MultiLevelTiling":
+            rules.append(
+                ms.schedule_rule.MultiLevelTilingWithIntrin(
+                    intrin_name,
+                    structure="SSRSRS",
+                    tile_binds=None,
+                    max_innermost_factor=64,
+                    vector_load_lens=None,
+                    reuse_read=None,
+                    reuse_write=ms.schedule_rule.ReuseType(req="may", levels=[1, 2], scope="global"),
+                )
+            )
+        rules.append(rule)
+    return rules
+
+
+def space_generator(strategy: str, preset: Preset, workload=None, target=None):
+    """The design space of ``strategy``: MetaSchedule's llvm rules, or, where ``intrinsics.plan`` offers a tensor
+    intrinsic (int8 on VNNI hardware, a strategy that packs weights), the same rules tiling for it."""
+    from tvm.s_tir import meta_schedule as ms
+
+    intrin = intrinsics.plan(workload, target, strategy)[0] if workload is not None and target is not None else None
+    if intrin is None:
+        return ms.space_generator.PostOrderApply(
+            sch_rules="llvm", postprocs=layouts.get(strategy).postprocs(), mutator_probs=mutator_probs(preset)
+        )
     return ms.space_generator.PostOrderApply(
-        sch_rules="llvm", postprocs=layouts.get(strategy).postprocs(), mutator_probs=mutator_probs(preset)
+        sch_rules=tensorizing_rules(intrin.name),
+        postprocs=layouts.get(strategy).postprocs(tensorize=True),
+        mutator_probs=mutator_probs(preset),
     )
 
 
@@ -58,7 +92,7 @@ def tune_context(workload, target, strategy: str, preset: Preset, seed: int, sea
     return ms.TuneContext(
         mod=workload.mod,
         target=target,
-        space_generator=space_generator(strategy, preset),
+        space_generator=space_generator(strategy, preset, workload, target),
         search_strategy=strat,
         task_name=f"{workload.name}|{strategy}",
         rand_state=seed,
@@ -90,6 +124,7 @@ class Sketch:
     index: int
     trace_unfilled: str  # python form, decisions removed
     decisions: list  # list[Decision] of the example annotation
+    intrinsics: list = field(default_factory=list)  # the tensor intrinsics the sketch is tiled for (``intrinsics``)
 
 
 def _to_py(v):
@@ -251,7 +286,8 @@ def _last_line(e: BaseException) -> str:
 
 
 def design_spaces(workload, strategy: str = "no-rewrite", target=None, preset: Preset | None = None) -> list[Sketch]:
-    """The workload's sketches, each with its unfilled trace and one sampled annotation."""
+    """The workload's sketches, each with its unfilled trace, one sampled annotation and the tensor intrinsics it is
+    tiled for (none where ``intrinsics.plan`` offers none, or where the loops do not map onto it)."""
     from tvm.s_tir.schedule import Trace
 
     from . import presets
@@ -261,7 +297,7 @@ def design_spaces(workload, strategy: str = "no-rewrite", target=None, preset: P
     out = []
     for i, sch in enumerate(ctx.generate_design_space()):
         unfilled = Trace(sch.trace.insts, {})
-        out.append(Sketch(i, str(unfilled), decisions_of(sch.trace)))
+        out.append(Sketch(i, str(unfilled), decisions_of(sch.trace), intrinsics.sketch_intrinsics(sch.trace)))
     return out
 
 

@@ -7,7 +7,8 @@ not do for us:
 * registers only the x86 tensor intrinsics. ``TuneContext`` imports
   ``tvm.s_tir.tensor_intrin``, which parses every CUDA/ROCm/ARM/Hexagon
   intrinsic in TVMScript: 20-30 s per process. The llvm design spaces only need
-  the x86 ones (0.4 s).
+  the x86 ones (0.4 s), and the workbench's own (``intrinsics``: VNNI with the
+  operand types of the linked LLVM), which traces of tensorized programs name.
 * silences MetaSchedule's logger, which ``tune_*`` reconfigures to DEBUG.
 * stops MetaSchedule from ``display()``-ing pandas tables inside Jupyter.
 """
@@ -40,6 +41,9 @@ def setup() -> None:
         pkg.__path__ = [os.path.join(os.path.dirname(tvm.s_tir.__file__), "tensor_intrin")]
         sys.modules[name] = pkg
         importlib.import_module(name + ".x86")
+    from . import intrinsics
+
+    intrinsics.register()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tvm.register_global_func("s_tir.meta_schedule.using_ipython", lambda: False, override=True)
     _DONE = True

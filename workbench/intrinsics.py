@@ -1,0 +1,184 @@
+"""Tensor intrinsics of the CPU that the search maps a workload's innermost loops onto.
+
+``vpdpbusd`` (AVX512-VNNI) adds, into each of 16 int32 lanes, the dot product of 4 uint8 activations (the same 4
+for every lane) with 4 int8 weights of that lane's output channel: exactly the int8 workloads' accumulation
+(``dtypes``). It is registered here as a TVM ``TensorIntrin`` (a description the loops must match, and the
+implementation that replaces them). MetaSchedule's ``MultiLevelTilingWithIntrin`` tiles the anchor block so that
+its innermost 16 x 4 loops match the description (it needs 16 | output channels and 4 | the innermost reduction,
+read contiguously from the activation); the layout postprocessor (``layouts``) puts the weights in the order the
+instruction reads them (output channels in blocks of 16, each with its 4 reduction elements innermost), and
+``RewriteTensorize`` swaps the loops for the instruction.
+
+TVM's own ``dot_16x4_vnni`` (``tvm.s_tir.tensor_intrin.x86``) calls ``llvm.x86.avx512.vpdpbusd.512`` with
+``<16 x i32>`` operands, the signature LLVM had up to version 21; LLVM 22 (the one TVM 0.27's wheel links) takes
+``<64 x i8>`` operands and rejects the old call when it verifies the module. The intrinsic registered here passes
+the operand types of the linked LLVM.
+
+No bfloat16 intrinsic: ``vdpbf16ps`` (``llvm.x86.avx512bf16.dpbf16ps.512``) takes ``<32 x bfloat>`` operands, and
+TVM's lowering always runs ``BF16ComputeLegalize``, which turns every bfloat16 vector into float32 before code
+generation (the call then fails LLVM's verifier); lowering without it crashes TVM's LLVM code generator.
+
+``register()`` runs in every workbench process (``tvm_env.setup``): the session replays stored traces that name
+the intrinsic, and the builder's workers import the workbench before building.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VNNI = "workbench.dot_16x4_vnni"
+
+# The LLVM version whose x86 dot-product intrinsics take byte (bfloat16) vectors instead of dword vectors.
+VNNI_BYTE_OPERANDS_SINCE = 22
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+    name: str  # the TensorIntrin's registered name, as traces record it
+    dtype: str  # the workload dtype (``dtypes``) whose accumulation it computes
+    feature: str  # the LLVM target feature the instruction needs
+    instruction: str  # the x86 instruction it becomes
+    lanes: int  # output elements per instruction (output channels in a block)
+    reduce: int  # reduction elements per lane (innermost in the packed weight)
+
+
+INTRINSICS = {
+    i.name: i
+    for i in [
+        Intrinsic(VNNI, "int8", "avx512vnni", "vpdpbusd", 16, 4),
+    ]
+}
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register the intrinsics with TVM (once per process; parsing their TVMScript takes ~0.1 s)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from tvm.s_tir import TensorIntrin
+    from tvm.target import codegen
+
+    byte_operands = int(codegen.llvm_version_major()) >= VNNI_BYTE_OPERANDS_SINCE
+    desc, impl = _vnni(byte_operands)
+    TensorIntrin.register(VNNI, desc, impl, override=True)
+    _REGISTERED = True
+
+
+def _vnni(byte_operands: bool):
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def desc(
+        A: T.Buffer((4,), "uint8", offset_factor=1),
+        B: T.Buffer((16, 4), "int8", offset_factor=1),
+        C: T.Buffer((16,), "int32", offset_factor=1),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            for i in T.serial(0, 16):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl_bytes(
+        A: T.Buffer((4,), "uint8", offset_factor=1),
+        B: T.Buffer((16, 4), "int8", offset_factor=1),
+        C: T.Buffer((16,), "int32", offset_factor=1),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            a_u8x64 = T.reinterpret(
+                T.broadcast(T.reinterpret(A.vload([0], "uint8x4"), dtype="int32"), 16), dtype="uint8x64"
+            )
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                C.vload([0], dtype="int32x16"),
+                a_u8x64,
+                B.vload([0, 0], dtype="int8x64"),
+                dtype="int32x16",
+            )
+
+    @T.prim_func(s_tir=True)
+    def impl_dwords(
+        A: T.Buffer((4,), "uint8", offset_factor=1),
+        B: T.Buffer((16, 4), "int8", offset_factor=1),
+        C: T.Buffer((16,), "int32", offset_factor=1),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                C.vload([0], dtype="int32x16"),
+                T.broadcast(T.reinterpret(A.vload([0], "uint8x4"), dtype="int32"), 16),
+                T.reinterpret(B.vload([0, 0], dtype="int8x64"), dtype="int32x16"),
+                dtype="int32x16",
+            )
+
+    return desc, impl_bytes if byte_operands else impl_dwords
+
+
+def target_has(target, feature: str) -> bool:
+    """Whether an llvm target (a ``Target`` or a target dict) has an LLVM feature, from its mcpu and mattr."""
+    import tvm
+    from tvm.target import codegen
+
+    t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    try:
+        return bool(codegen.llvm_cpu_has_features([feature], t))
+    except Exception:  # noqa: BLE001 - a target LLVM cannot describe has no such feature as far as we know
+        return False
+
+
+def for_workload(workload, target) -> Intrinsic | None:
+    """The intrinsic whose accumulation is this workload's and that the target can execute, or None."""
+    dtype = getattr(workload, "dtype", None)
+    for intrin in INTRINSICS.values():
+        if intrin.dtype == dtype and target is not None and target_has(target, intrin.feature):
+            return intrin
+    return None
+
+
+def plan(workload, target, strategy: str) -> tuple[Intrinsic | None, str]:
+    """(the intrinsic the search of ``strategy`` offers for ``workload`` on ``target``, or None; why, in words).
+
+    The weights must be repacked for the instruction (16 output channels x 4 reduction elements, innermost),
+    so a strategy that reads them as given (no-rewrite) keeps the plain schedule rules."""
+    from . import layouts
+
+    dtype = getattr(workload, "dtype", None)
+    wanted = [i for i in INTRINSICS.values() if i.dtype == dtype]
+    if not wanted:
+        return None, f"no tensor intrinsic computes a {dtype} workload's accumulation"
+    intrin = for_workload(workload, target)
+    if intrin is None:
+        need = " or ".join(f"{i.feature} ({i.instruction})" for i in wanted)
+        return None, f"the target has no {need}"
+    if not workload.weight_indices:
+        return None, f"{intrin.instruction} needs constant weights to pack; this workload has none"
+    if not layouts.get(strategy).packs_for_intrinsics:
+        return None, (
+            f"{strategy} reads the weights in their own layout; {intrin.instruction} needs each output channel's "
+            f"{intrin.reduce} reduction elements adjacent (the other layout strategies pack them)"
+        )
+    return intrin, f"{intrin.name} ({intrin.instruction}) where the loops map onto it"
+
+
+def sketch_intrinsics(trace) -> list[str]:
+    """The intrinsics a sketch's (or program's) trace asked for: its ``auto_tensorize`` annotations."""
+    out = []
+    for inst in trace.insts:
+        if inst.kind.name == "Annotate" and len(inst.attrs) and str(inst.attrs[0]) == AUTO_TENSORIZE:
+            name = str(getattr(inst.inputs[1], "value", inst.inputs[1])) if len(inst.inputs) > 1 else ""
+            if name and name not in out:
+                out.append(name)
+    return out
+
+
+AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
