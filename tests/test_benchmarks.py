@@ -749,3 +749,81 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
     sv.write_md(res, str(tmp_path))
     md = open(tmp_path / "search_variants.md").read()
     assert "| pairwise-rank | 1.250 | 1.20 |" in md and "| w, seed 0 | pairwise-rank | 0.8000 (3 %) |" in md
+
+
+def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_path):
+    import networks as nw
+
+    assert nw.parse_budgets("500,200,500") == [200, 500]
+    with pytest.raises(SystemExit):
+        nw.parse_budgets("0,10")
+    with pytest.raises(SystemExit):
+        nw.parse_networks("resnet18,vgg")
+    ok, bad = nw.agreement([1.0, -3.0], [1.0, -3.002]), nw.agreement([1.0, 0.5], [1.0, 0.0])
+    assert ok["matches"] and ok["scale"] == pytest.approx(3.002) and not bad["matches"]
+    assert nw.split_name("resnet18-int8") == ("resnet18", "int8") and nw.split_name("mobilenet_v2")[1] == "float32"
+    assert nw.agreement([1.0, 0.5], [1.0, 0.495], "int8")["matches"]  # int8's tolerance is wider
+
+    def timing(ms, **kw):
+        return dict(latency_ms=ms, spread_pct=4.0, compile_s=3.0, matches=True, max_abs_error=1e-6, **kw)
+
+    def cp(trials, ms):
+        return timing(
+            ms,
+            trials=trials,
+            tuning_s=60.0 * trials / 100,
+            estimated_ms=ms * 0.9 if trials else None,
+            speedup_vs_torch_best=2.0 / ms,
+        )
+
+    net = {
+        "config": {"arch": "resnet18", "image": 224},
+        "tasks": 12,
+        "task_calls": 20,
+        "gflop": 3.6,
+        "budgets": [200, 500],
+        "torch": {"eager-channels_last": timing(2.5), "jit-frozen": timing(2.0)},
+        "torch_best": {"mode": "jit-frozen", "latency_ms": 2.0},
+        "checkpoints": [cp(0, 8.0), cp(200, 2.5), cp(500, 1.6)],
+        "tuning_wall_s": 300.0,
+        "complete": True,
+    }
+    slow = dict(net, checkpoints=[cp(0, 8.0), cp(200, 4.0), dict(cp(500, 3.0), matches=False)])
+    res = {
+        "protocol": None,
+        "command": "python benchmarks/networks.py",
+        "date": "today",
+        "machine": "test",
+        "threads": 2,
+        "image": 224,
+        "seed": 0,
+        "repeats": 10,
+        "versions": {"tvm": "0.27"},
+        "torch_version": "2.13",
+        "networks_order": ["resnet18", "mobilenet_v2"],
+        "networks": {"resnet18": net, "mobilenet_v2": dict(slow, config={"arch": "mobilenet_v2"})},
+    }
+    nw.write_report(res, str(tmp_path))
+    md = open(tmp_path / "networks.md").read()
+    assert json.load(open(tmp_path / "networks.json"))["networks"]["resnet18"]["torch_best"]["mode"] == "jit-frozen"
+    assert "| jit-frozen (best) | 2.000 | 4% | yes (1e-06) |" in md and "matches the reference (the first mode)" in md
+    assert "| 0 (untuned) | 0.0 | – | 8.000 | 4% | 0.25x | yes (1e-06) | 3 |" in md
+    assert "| 500 | 5.0 | 1.440 | 1.600 | 4% | 1.25x |" in md
+    assert md.count("**Goal") == 2 and "met** — 1.25x after 500" in md
+    assert "not met** — 0.67x" in md and "**NO**" in md  # too slow, and a wrong output fails the goal too
+    assert "Benchmark protocol: not recorded" in md
+
+
+def test_every_al_ansor_method_is_recognised_from_its_stored_session():
+    """The report finds each run's method from the session's strategy and preset parameters: a variant whose
+    override the lookup ignored would pass for the default method and overwrite its row."""
+    import dataclasses
+
+    import al_ansor
+
+    from workbench.presets import get
+
+    for method, overrides in al_ansor.VARIANTS.items():
+        params = dataclasses.asdict(get("quick", **overrides))
+        assert al_ansor.method_of({"strategy_arg": "auto:a,b", "preset_params": params}) == method
+    assert al_ansor.method_of({"strategy_arg": "no-rewrite", "preset_params": {}}) == "no-rewrite"

@@ -1,9 +1,10 @@
-"""The Relax path: a ResNet-18-shaped nn.Module -> task extraction -> one tuning session -> whole-model build."""
+"""The Relax path: ResNet-18 / MobileNet-V2 nn.Modules -> task extraction -> one tuning session -> whole-model build."""
 
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from workbench import relax_model as rm
@@ -70,3 +71,89 @@ def test_tiny_budget_tunes_compiles_and_matches_untuned(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def _conv(x, w, b, stride, pad, groups=1):
+    """NCHW x OIHW convolution with groups, plus bias: the reference the Relax build is checked against."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    cols = np.stack(
+        [xp[:, :, i : i + stride * oh : stride, j : j + stride * ow : stride] for i in range(kh) for j in range(kw)],
+        axis=2,
+    ).reshape(n, groups, cg, kh * kw, oh, ow)
+    y = np.einsum("ngckhw,gock->ngohw", cols, w.reshape(groups, o // groups, cg, kh * kw)).reshape(n, o, oh, ow)
+    return y + b[None, :, None, None]
+
+
+def _mobilenet_v2_numpy(config, wt, x):
+    """MobileNet-V2 from exported weights and the config alone (what a PyTorch copy of the network gets)."""
+    relu6 = lambda v: np.clip(v, 0.0, 6.0)  # noqa: E731
+    y = relu6(_conv(x, wt["stem.weight"], wt["stem.bias"], 2, 1))
+    for i, (cin, cout, stride, t) in enumerate(rm.mobilenet_v2_channels(config["width_mult"])["blocks"]):
+        p = f"blocks.{i}."
+        h = relu6(_conv(y, wt[p + "expand.weight"], wt[p + "expand.bias"], 1, 0)) if t != 1 else y
+        h = relu6(_conv(h, wt[p + "dw.weight"], wt[p + "dw.bias"], stride, 1, groups=h.shape[1]))
+        h = _conv(h, wt[p + "project.weight"], wt[p + "project.bias"], 1, 0)
+        y = h + y if (stride == 1 and cin == cout) else h
+    y = relu6(_conv(y, wt["last.weight"], wt["last.bias"], 1, 0)).mean(axis=(2, 3))
+    return y @ wt["fc.weight"].T + wt["fc.bias"]
+
+
+def test_mobilenet_v2_has_depthwise_tasks_and_its_exported_weights_rebuild_it(tmp_path):
+    """Depthwise 3x3 convs are tasks of their own; the weights written to disk and the config alone rebuild a
+    network whose output is the compiled Relax model's (the contract a PyTorch copy relies on)."""
+    m = rm.mobilenet_v2(image=32, width_mult=0.25, classes=10)
+    tasks = rm.extract(m)
+    depthwise = [t for t in tasks if len(t.arg_shapes[1]) == 4 and t.arg_shapes[1][1:] == (1, 3, 3)]
+    assert depthwise and all("clip" in t.task_name for t in depthwise)  # depthwise conv + bias + ReLU6, fused
+    assert all(t.name.startswith("mnv2.") for t in tasks)
+    rm.save_weights(m, str(tmp_path / "w.safetensors"))
+    config, weights = rm.load_weights(str(tmp_path / "w.safetensors"))
+    assert config == m.config and list(weights) == list(m.weights)
+    assert all(weights[k].dtype == np.float32 and np.array_equal(weights[k], m.weights[k]) for k in weights)
+    x = m.example_input()
+    out, _ = rm.run(rm.build(m), x, repeat=1, min_repeat_ms=0)
+    ref = _mobilenet_v2_numpy(config, weights, x.astype(np.float64))
+    assert out.shape == (1, 10) and np.abs(out - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max())
+    again = rm.from_config(config, weights)  # the identical model from the file
+    assert all(np.array_equal(again.weights[k], m.weights[k]) for k in weights)
+    with pytest.raises(WorkbenchError, match="shape"):
+        rm.from_config(config, dict(weights, **{"fc.weight": weights["fc.weight"][:5]}))
+
+
+def test_model_command_rejects_bad_dtypes_and_other_models_options(capsys, tmp_path):
+    from workbench import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["model", "mobilenet_v2", "--dtype", "bogus"])
+    assert e.value.code == 2
+    for argv in (
+        ["mobilenet_v2", "--dtype", "int8"],
+        ["mobilenet_v2", "--stages", "2"],
+        ["resnet18", "--width-mult", "0.5"],
+    ):
+        assert cli.main(["model", *argv, "--db", str(tmp_path / "unused.db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(line.startswith("workbench: error:") for line in err)
+    assert "int8" in err[1] and "--stages" in err[2] and "--width-mult" in err[3]
+
+
+def test_int8_resnet18_is_the_float_network_quantized_with_u8_s8_convs(tmp_path):
+    """Per-channel int8 weights and per-tensor uint8 activations of the same float32 weights: the convs are
+    u8 x s8 -> s32 tasks with the requantize in their epilogue, the output is the float network's within the
+    quantization error, and the quantized parameters on disk rebuild the identical model."""
+    kw = dict(image=64, width=8, stages=2, classes=10)
+    fp, q = rm.resnet18(**kw), rm.resnet18_int8(**kw)
+    assert q.config["dtype"] == "int8" and q.weights["stem.weight_q"].dtype == np.int8
+    convs = [t for t in rm.extract(q) if "conv2d" in t.task_name]
+    assert convs and all(t.arg_dtypes[:2] == ["uint8", "int8"] for t in convs)
+    x = q.example_input()
+    ref, _ = rm.run(rm.build(fp), x, repeat=1, min_repeat_ms=0)
+    out, _ = rm.run(rm.build(q), x, repeat=1, min_repeat_ms=0)
+    assert np.abs(out - ref).max() <= 0.05 * np.abs(ref).max()  # quantization error, not a wrong graph
+    rm.save_weights(q, str(tmp_path / "q.safetensors"))
+    again = rm.from_config(*rm.load_weights(str(tmp_path / "q.safetensors")))
+    out2, _ = rm.run(rm.build(again), x, repeat=1, min_repeat_ms=0)
+    assert np.array_equal(out, out2)

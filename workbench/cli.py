@@ -42,6 +42,16 @@ def _positive(v):
     return n
 
 
+def _fraction(v):
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+    if not 0 < x <= 4:
+        raise argparse.ArgumentTypeError(f"{v!r} must be in (0, 4]")
+    return x
+
+
 def _int(v):
     try:
         return int(v)
@@ -161,10 +171,19 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--json", action="store_true", help="one JSON object per workload; the last line sums up")
 
     m = sub.add_parser("model", help="tune a real model graph (Relax) end to end: extract, tune, compile, compare")
-    m.add_argument("name", choices=["resnet18"], help="the model (a ResNet-18-shaped relax.frontend.nn module)")
+    m.add_argument(
+        "name", choices=["resnet18", "mobilenet_v2"], help="the model (a relax.frontend.nn module, random weights)"
+    )
+    m.add_argument(
+        "--dtype",
+        choices=["float32", "int8"],
+        default="float32",
+        help="float32 (default) or int8 (resnet18 only: quantized weights and activations)",
+    )
     m.add_argument("--image", type=_positive, default=224, help="input height and width (default 224)")
-    m.add_argument("--width", type=_positive, default=64, help="channels of the first stage (default 64)")
-    m.add_argument("--stages", type=_positive, default=4, help="residual stages, 1-4 (default 4)")
+    m.add_argument("--width", type=_positive, default=None, help="resnet18: channels of the first stage (default 64)")
+    m.add_argument("--stages", type=_positive, default=None, help="resnet18: residual stages, 1-4 (default 4)")
+    m.add_argument("--width-mult", type=_fraction, default=None, help="mobilenet_v2: channel multiplier (default 1.0)")
     m.add_argument("--batch", type=_positive, default=1)
     m.add_argument(
         "--trials",
@@ -474,7 +493,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_best(args) -> int:
-    from . import space
+    from . import program, space
     from .store import RecordStore
     from .workloads import workload_from_spec
 
@@ -496,6 +515,7 @@ def cmd_best(args) -> int:
         "latency_ms": b["latency_ms"],
         "gflops": b["gflops"],
         "verified": bool(b["verified"]),
+        "tensor_intrinsics": program.tensor_intrinsics(sch),
         "trace": str(sch.trace),
     }
     if args.tir or args.export or args.time:
@@ -516,6 +536,8 @@ def cmd_best(args) -> int:
         f"# {w.name}: {b['latency_ms']:.4g} ms, {b['gflops']:.4g} GFLOPS, strategy {b['strategy']}, "
         f"record {b['id']}, verified {bool(b['verified'])}"
     )
+    if out["tensor_intrinsics"]:
+        print(f"# tensor intrinsics: {program.intrinsics_line(out['tensor_intrinsics'])}")
     if args.time:
         print(
             f"# timed now: {out['timed_ms']:.4g} ms (spread {out['spread'] or 0:.1%}, {out['repeats']} repeats, "
@@ -628,14 +650,27 @@ def cmd_transfer(args) -> int:
     return 0
 
 
+def _model_from_args(args, rm):
+    """The model the ``model`` subcommand's options describe; an option of the other model is a user mistake."""
+    own = {"resnet18": ("width", "stages"), "mobilenet_v2": ("width_mult",)}[args.name]
+    for opt in ("width", "stages", "width_mult"):
+        if opt not in own and getattr(args, opt) is not None:
+            raise WorkbenchError(f"--{opt.replace('_', '-')} does not apply to {args.name}")
+    table = rm.INT8_MODELS if args.dtype == "int8" else rm.MODELS
+    if args.name not in table:
+        raise WorkbenchError(f"{args.name} has no {args.dtype} version (int8: {', '.join(rm.INT8_MODELS)} only)")
+    kw = {k: getattr(args, k) for k in own if getattr(args, k) is not None}
+    return table[args.name](batch=args.batch, image=args.image, seed=args.seed, **kw)
+
+
 def cmd_model(args) -> int:
     from . import relax_model as rm
     from . import tvm_env
     from .store import RecordStore
 
     tvm_env.parse_target(args.target)
+    model = _model_from_args(args, rm)
     RecordStore(args.db)
-    model = rm.resnet18(batch=args.batch, image=args.image, width=args.width, stages=args.stages, seed=args.seed)
     overrides = {"trials_per_round": args.trials_per_round} if args.trials_per_round else {}
     if args.trials is None:
         n = args.max_tasks or len(rm.extract(model, args.target))
@@ -666,6 +701,7 @@ def cmd_model(args) -> int:
     out = {k: v for k, v in res.items() if k != "session"}
     out.update(
         model=args.name,
+        dtype=args.dtype,
         config=model.config,
         trials=res["session"]["trials"],
         db=args.db,

@@ -1,10 +1,14 @@
-"""A real model graph: a ResNet-18-shaped network in ``tvm.relax.frontend.nn``, tuned end to end.
+"""Real model graphs: ResNet-18 and MobileNet-V2 in ``tvm.relax.frontend.nn``, tuned end to end.
 
 Path (no downloads; random weights):
 
-1. ``resnet18(...)``: the model (stem 7x7/2 + max-pool, four stages of two basic
-   blocks, global average pool, linear; batch-norm folded into conv bias), its
-   Relax module with the weights bound as constants;
+1. ``resnet18(...)`` (stem 7x7/2 + max-pool, four stages of two basic blocks,
+   global average pool, linear) or ``mobilenet_v2(...)`` (stem 3x3/2, seventeen
+   inverted residual blocks with depthwise 3x3 convs and ReLU6, a 1x1 conv to
+   1280 channels, global average pool, linear); batch norm folded into the conv
+   bias; the Relax module with the weights bound as constants, and the same
+   arrays by name (``RelaxModel.weights``; ``save_weights`` writes them in the
+   safetensors layout for a PyTorch copy of the network);
 2. ``extract(...)``: the same preparation as MetaSchedule's ``compile_relax``
    (library dispatch, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
    FuseTIR), then ``ms.relax_integration.extract_tasks``: one task per unique
@@ -29,7 +33,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -79,46 +83,426 @@ def _model_class():
     return ResNet18
 
 
+# MobileNet-V2's inverted-residual table (Sandler et al. 2018, torchvision): expansion t, channels c, repeats n,
+# stride of the first repeat s.
+MOBILENET_V2_BLOCKS = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
+
+
+def _divisible(v: float, divisor: int = 8) -> int:
+    """torchvision's channel rounding for a width multiplier: nearest multiple of 8, never 10 % below ``v``."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+def mobilenet_v2_channels(width_mult: float = 1.0) -> dict:
+    """The stem, every inverted-residual block (cin, cout, stride, expansion) and the last conv's channels."""
+    stem = _divisible(32 * width_mult)
+    blocks, cin = [], stem
+    for t, c, n, s in MOBILENET_V2_BLOCKS:
+        cout = _divisible(c * width_mult)
+        for i in range(n):
+            blocks.append((cin, cout, s if i == 0 else 1, t))
+            cin = cout
+    return {"stem": stem, "blocks": blocks, "last": _divisible(1280 * max(1.0, width_mult))}
+
+
+def _mobilenet_class():
+    from tvm import relax
+    from tvm.relax.frontend import nn
+    from tvm.relax.frontend.nn.core import wrap_nested
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin, cout, stride, expansion):
+            hidden = cin * expansion
+            self.expand = nn.Conv2D(cin, hidden, 1, bias=True) if expansion != 1 else None
+            self.dw = nn.Conv2D(hidden, hidden, 3, stride, 1, groups=hidden, bias=True)
+            self.project = nn.Conv2D(hidden, cout, 1, bias=True)
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            y = nn.op.relu6(self.expand(x)) if self.expand is not None else x
+            y = self.project(nn.op.relu6(self.dw(y)))
+            return nn.op.add(y, x) if self.residual else y
+
+    class MobileNetV2(nn.Module):
+        def __init__(self, width_mult=1.0, classes=1000):
+            ch = mobilenet_v2_channels(width_mult)
+            self.stem = nn.Conv2D(3, ch["stem"], 3, 2, 1, bias=True)
+            self.blocks = nn.ModuleList([InvertedResidual(*b) for b in ch["blocks"]])
+            self.last = nn.Conv2D(ch["blocks"][-1][1], ch["last"], 1, bias=True)
+            self.fc = nn.Linear(ch["last"], classes)
+
+        def forward(self, x):
+            y = nn.op.relu6(self.stem(x))
+            for b in self.blocks:
+                y = b(y)
+            y = nn.op.relu6(self.last(y))
+            y = wrap_nested(relax.op.mean(y._expr, axis=[2, 3]), "avgpool")
+            return self.fc(y)
+
+    return MobileNetV2
+
+
 @dataclass
 class RelaxModel:
+    """A model with its weights bound as constants; ``weights`` holds the same arrays by parameter name (the names
+    and shapes of a ``torch.nn`` module built from ``config`` the same way: OIHW convs, (out, in) linear)."""
+
     mod: object  # tvm.IRModule, weights bound as constants; entry function "forward"
     input_shape: tuple
-    config: dict
+    config: dict  # "arch" (+ "dtype": "int8") and the constructor's arguments: from_config(config) rebuilds it
+    # name -> np.ndarray: float32 parameters; an int8 model's int8 weights, their scales and activation parameters
+    weights: dict = field(default_factory=dict, repr=False)
+
+    def example_input(self, seed: int = 7) -> np.ndarray:
+        return np.random.default_rng(seed).uniform(-1, 1, size=self.input_shape).astype("float32")
 
 
-def resnet18(
-    batch: int = 1, image: int = 224, width: int = 64, classes: int = 1000, stages: int = 4, seed: int = 0
-) -> RelaxModel:
-    """ResNet-18's structure; ``image``, ``width`` and ``stages`` shrink it for quick runs (224, 64, 4 = the real one)."""
+def _positive_ints(arch: str, **values) -> None:
+    for k, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise WorkbenchError(f"{arch}: {k} must be a positive integer, got {v!r}")
+
+
+def _bind_random_weights(arch: str, module, shape: tuple, config: dict, seed: int, weights: dict | None) -> RelaxModel:
+    """Export ``module``, draw its weights (or take ``weights``: the same names and shapes) and bind them."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend import nn
 
-    for k, v in (("batch", batch), ("image", image), ("width", width), ("classes", classes)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise WorkbenchError(f"resnet18: {k} must be a positive integer, got {v!r}")
+    mod, named = module.export_tvm(spec={"forward": {"x": nn.spec.Tensor(shape, "float32")}})
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, p in named:
+        shp = tuple(int(s) for s in p.shape)
+        if weights is not None:
+            if name not in weights or tuple(weights[name].shape) != shp:
+                got = None if name not in weights else tuple(weights[name].shape)
+                raise WorkbenchError(f"{arch}: weight {name!r} must have shape {shp}, got {got}")
+            arr = weights[name]
+        elif len(shp) == 1:  # biases (folded batch norm)
+            arr = rng.uniform(-0.1, 0.1, size=shp)
+        else:  # He initialisation keeps activations O(1) through the stages
+            fan_in = int(np.prod(shp[1:]))
+            arr = rng.normal(0.0, np.sqrt(2.0 / fan_in), size=shp)
+        arrays[name] = np.ascontiguousarray(arr, dtype="float32")
+    if weights is not None and set(weights) != set(arrays):
+        raise WorkbenchError(f"{arch}: unexpected weights {sorted(set(weights) - set(arrays))}")
+    params = {k: tvm.runtime.tensor(v) for k, v in arrays.items()}
+    mod = relax.transform.BindParams("forward", params)(mod)
+    return RelaxModel(mod, shape, dict(arch=arch, **config, seed=seed), arrays)
+
+
+def _check_resnet18(batch, image, width, classes, stages) -> None:
+    _positive_ints("resnet18", batch=batch, image=image, width=width, classes=classes)
     if stages not in (1, 2, 3, 4):
         raise WorkbenchError(f"resnet18: stages must be 1 to 4, got {stages!r}")
     if image < 4 * 2**stages:
         raise WorkbenchError(f"resnet18: image {image} is too small for {stages} stages (at least {4 * 2**stages})")
+
+
+def resnet18(
+    batch: int = 1,
+    image: int = 224,
+    width: int = 64,
+    classes: int = 1000,
+    stages: int = 4,
+    seed: int = 0,
+    weights: dict | None = None,
+) -> RelaxModel:
+    """ResNet-18's structure; ``image``, ``width`` and ``stages`` shrink it for quick runs (224, 64, 4 = the real one).
+
+    ``weights``: name -> array (e.g. another model's ``weights``) instead of random ones drawn from ``seed``."""
+    _check_resnet18(batch, image, width, classes, stages)
     tvm_env.setup()
-    model = _model_class()(width=width, classes=classes, stages=stages)
+    module = _model_class()(width=width, classes=classes, stages=stages)
+    config = {"batch": batch, "image": image, "width": width, "classes": classes, "stages": stages}
+    return _bind_random_weights("resnet18", module, (batch, 3, image, image), config, seed, weights)
+
+
+def mobilenet_v2(
+    batch: int = 1,
+    image: int = 224,
+    width_mult: float = 1.0,
+    classes: int = 1000,
+    seed: int = 0,
+    weights: dict | None = None,
+) -> RelaxModel:
+    """MobileNet-V2 (inverted residual blocks, depthwise 3x3 as grouped convs, ReLU6, batch norm folded into the
+    conv bias, global average pool, linear); ``image`` and ``width_mult`` shrink it (224, 1.0 = the real one)."""
+    _positive_ints("mobilenet_v2", batch=batch, image=image, classes=classes)
+    if isinstance(width_mult, bool) or not isinstance(width_mult, (int, float)) or not 0 < width_mult <= 4:
+        raise WorkbenchError(f"mobilenet_v2: width_mult must be in (0, 4], got {width_mult!r}")
+    if image < 32:
+        raise WorkbenchError(f"mobilenet_v2: image {image} is too small (at least 32: five stride-2 stages)")
+    tvm_env.setup()
+    module = _mobilenet_class()(width_mult=float(width_mult), classes=classes)
+    config = {"batch": batch, "image": image, "width_mult": float(width_mult), "classes": classes}
+    return _bind_random_weights("mobilenet_v2", module, (batch, 3, image, image), config, seed, weights)
+
+
+# ---------------------------------------------------------------------------------------- int8 ResNet-18
+
+# Activations: uint8 per tensor, calibrated to [0, 127] (PyTorch's x86/fbgemm default, reduce_range: u8 x s8 pairs
+# summed in 16 bits cannot saturate), clamped to [0, 255] like PyTorch's quint8; weights: int8 symmetric per
+# output channel ([-127, 127]); the classifier (average pool + linear) stays float32.
+ACT_QMAX = 127
+
+
+def _resnet18_blocks(width: int, stages: int):
+    """(prefix, cin, cout, stride, has_downsample) of every basic block, in order (the names of ``resnet18``)."""
+    cin, i = width, 0
+    for s in range(stages):
+        cout = width * 2**s
+        for stride in (1 if s == 0 else 2, 1):
+            yield f"blocks.{i}.", cin, cout, stride, stride != 1 or cin != cout
+            cin, i = cout, i + 1
+
+
+def _conv_np(x, w, b, stride, pad):
+    """float64 NCHW x OIHW convolution (groups 1) plus bias, by im2col and one matrix product per image."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.empty((n, o, oh, ow))
+    wm = w.reshape(o, -1).astype(np.float64)
+    for k in range(n):
+        cols = np.stack(
+            [
+                xp[k, :, i : i + stride * oh : stride, j : j + stride * ow : stride]
+                for i in range(kh)
+                for j in range(kw)
+            ],
+            axis=1,
+        )
+        out[k] = (wm @ cols.reshape(c * kh * kw, oh * ow)).reshape(o, oh, ow) + b[:, None, None]
+    return out
+
+
+def _maxpool_np(x):
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    oh, ow = (x.shape[2] - 1) // 2 + 1, (x.shape[3] - 1) // 2 + 1
+    return np.max([xp[:, :, i : i + 2 * oh : 2, j : j + 2 * ow : 2] for i in range(3) for j in range(3)], axis=0)
+
+
+def _act_params(lo: float, hi: float) -> np.ndarray:
+    """(scale, zero point) of a uint8 tensor whose calibration range is [lo, hi] (0 always representable)."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = max((hi - lo) / ACT_QMAX, 1e-8)
+    return np.array([scale, float(min(ACT_QMAX, max(0, round(-lo / scale))))], dtype="float32")
+
+
+def quantize_resnet18(model: RelaxModel, calibration: np.ndarray) -> dict:
+    """The int8 parameters of a float32 ``resnet18``: per-channel int8 weights, float32 biases, and per-tensor
+    activation (scale, zero point) from the float model's ranges on ``calibration`` (min/max)."""
+    wt, cfg = model.weights, model.config
+    q, relu = {}, lambda v: np.maximum(v, 0.0)  # noqa: E731
+
+    def conv(name, x, stride, pad):
+        return _conv_np(x, wt[name + ".weight"], wt[name + ".bias"].astype(np.float64), stride, pad)
+
+    def act(name, v):
+        q[name + ".act"] = _act_params(float(v.min()), float(v.max()))
+
+    x = calibration.astype(np.float64)
+    act("input", x)
+    y = relu(conv("stem", x, 2, 3))
+    act("stem", y)
+    y = _maxpool_np(y)
+    for p, _cin, _cout, stride, down in _resnet18_blocks(cfg["width"], cfg["stages"]):
+        h = relu(conv(p + "conv1", y, stride, 1))
+        act(p + "conv1", h)
+        h = conv(p + "conv2", h, 1, 1)
+        act(p + "conv2", h)
+        skip = conv(p + "down", y, stride, 0) if down else y
+        if down:
+            act(p + "down", skip)
+        y = relu(h + skip)
+        act(p + "out", y)
+    for name, w in wt.items():
+        if name.endswith(".weight") and w.ndim == 4:
+            layer = name[: -len(".weight")]
+            scale = np.maximum(np.abs(w).reshape(w.shape[0], -1).max(axis=1) / 127.0, 1e-12).astype("float32")
+            q[layer + ".weight_q"] = np.clip(np.round(w / scale[:, None, None, None]), -127, 127).astype("int8")
+            q[layer + ".weight_scale"] = scale
+            q[layer + ".bias"] = wt[layer + ".bias"]
+    q["fc.weight"], q["fc.bias"] = wt["fc.weight"], wt["fc.bias"]
+    return q
+
+
+def _resnet18_int8_module(shape: tuple, cfg: dict, q: dict):
+    """The quantized graph as Relax: u8 x s8 -> s32 convs, requantized (with ReLU) in their epilogue."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+
+    def const(v, dtype="float32"):
+        return relax.const(np.asarray(v, dtype=dtype))
+
+    def requantize(f, out: str, relu: bool):
+        """float32 in the output's units (zero point included) -> uint8, clamped like PyTorch's quint8."""
+        lo = float(q[out + ".act"][1]) if relu else 0.0
+        r = bb.emit(relax.op.clip(relax.op.round(f), lo, 255.0))
+        return bb.emit(relax.op.astype(r, "uint8"))
+
+    def conv(y, layer: str, src: str, stride: int, pad: int, relu: bool):
+        w = q[layer + ".weight_q"]
+        s_in, zp_in = (float(v) for v in q[src + ".act"])
+        s_out, zp_out = (float(v) for v in q[layer + ".act"])
+        if pad and zp_in:  # pad with the zero point (the value 0.0), as PyTorch does
+            y = bb.emit(relax.op.nn.pad(y, [0, 0, 0, 0, pad, pad, pad, pad], pad_value=zp_in))
+            pad = 0
+        acc = bb.emit(relax.op.nn.conv2d(y, const(w, "int8"), strides=stride, padding=pad, out_dtype="int32"))
+        sw = q[layer + ".weight_scale"].astype(np.float64)
+        mult = s_in * sw / s_out
+        offset = (
+            q[layer + ".bias"] - zp_in * w.reshape(w.shape[0], -1).astype(np.int64).sum(axis=1) * s_in * sw
+        ) / s_out
+        f = relax.op.multiply(relax.op.astype(acc, "float32"), const(mult.reshape(1, -1, 1, 1)))
+        f = relax.op.add(f, const((offset + zp_out).reshape(1, -1, 1, 1)))
+        return requantize(f, layer, relu), layer
+
+    def dequantize(y, src: str):
+        s, zp = (float(v) for v in q[src + ".act"])
+        return relax.op.multiply(relax.op.subtract(relax.op.astype(y, "float32"), const(zp)), const(s))
+
+    with bb.function("forward", [x]):
+        with bb.dataflow():
+            s_in, zp_in = (float(v) for v in q["input.act"])
+            xq = requantize(relax.op.add(relax.op.divide(x, const(s_in)), const(zp_in)), "input", False)
+            y, src = conv(xq, "stem", "input", 2, 3, True)
+            y = bb.emit(relax.op.nn.max_pool2d(y, pool_size=3, strides=2, padding=1))
+            for p, _cin, _cout, stride, down in _resnet18_blocks(cfg["width"], cfg["stages"]):
+                h, _ = conv(y, p + "conv1", src, stride, 1, True)
+                h, _ = conv(h, p + "conv2", p + "conv1", 1, 1, False)
+                skip, skip_src = conv(y, p + "down", src, stride, 0, False) if down else (y, src)
+                s_out, zp_out = (float(v) for v in q[p + "out.act"])
+                f = relax.op.add(dequantize(h, p + "conv2"), dequantize(skip, skip_src))
+                y = requantize(relax.op.add(relax.op.divide(f, const(s_out)), const(zp_out)), p + "out", True)
+                src = p + "out"
+            pooled = bb.emit(relax.op.mean(dequantize(y, src), axis=[2, 3]))
+            logits = relax.op.add(relax.op.matmul(pooled, const(q["fc.weight"].T)), const(q["fc.bias"]))
+            out = bb.emit_output(bb.emit(logits))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def resnet18_int8(
+    batch: int = 1,
+    image: int = 224,
+    width: int = 64,
+    classes: int = 1000,
+    stages: int = 4,
+    seed: int = 0,
+    calibration_seed: int = 11,
+    weights: dict | None = None,
+) -> RelaxModel:
+    """``resnet18(...)`` with the same float32 weights, quantized (``quantize_resnet18``; the activations
+    calibrated on one random input drawn from ``calibration_seed``, not the one ``example_input`` gives).
+    ``weights``: the quantized parameters (another int8 model's ``weights``) instead."""
+    _check_resnet18(batch, image, width, classes, stages)
+    if weights is None:
+        fp = resnet18(batch, image, width, classes, stages, seed)
+        calib = np.random.default_rng(calibration_seed).uniform(-1, 1, size=fp.input_shape).astype("float32")
+        weights = quantize_resnet18(fp, calib)
+    config = {"batch": batch, "image": image, "width": width, "classes": classes, "stages": stages}
     shape = (batch, 3, image, image)
-    mod, named = model.export_tvm(spec={"forward": {"x": nn.spec.Tensor(shape, "float32")}})
-    rng = np.random.default_rng(seed)
-    params = {}
-    for name, p in named:
-        shp = tuple(int(s) for s in p.shape)
-        if len(shp) == 1:  # biases (folded batch norm)
-            arr = rng.uniform(-0.1, 0.1, size=shp)
-        else:  # He initialisation keeps activations O(1) through the residual stages
-            fan_in = int(np.prod(shp[1:]))
-            arr = rng.normal(0.0, np.sqrt(2.0 / fan_in), size=shp)
-        params[name] = tvm.runtime.tensor(arr.astype("float32"))
-    mod = relax.transform.BindParams("forward", params)(mod)
-    return RelaxModel(
-        mod, shape, {"batch": batch, "image": image, "width": width, "classes": classes, "stages": stages, "seed": seed}
-    )
+    tvm_env.setup()
+    mod = _resnet18_int8_module(shape, config, weights)
+    full = dict(arch="resnet18", dtype="int8", **config, seed=seed, calibration_seed=calibration_seed)
+    return RelaxModel(mod, shape, full, weights)
+
+
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+INT8_MODELS = {"resnet18": resnet18_int8}
+
+
+def from_config(config: dict, weights: dict | None = None) -> RelaxModel:
+    """The model a ``config`` describes (``RelaxModel.config``): the same weights, drawn again from its seed, or
+    ``weights``."""
+    kw = dict(config)
+    arch, dtype = kw.pop("arch", None), kw.pop("dtype", "float32")
+    table = INT8_MODELS if dtype == "int8" else MODELS
+    if arch not in table or dtype not in ("float32", "int8"):
+        raise WorkbenchError(f"unknown model {arch!r} ({dtype}); choose from {', '.join(MODELS)}")
+    return table[arch](**kw, weights=weights)
+
+
+# ---------------------------------------------------------------------------------------- weights on disk
+
+# The safetensors layout (8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}},
+# "__metadata__": {"config": JSON}, then the raw little-endian arrays), written and read here without the
+# safetensors package; benchmarks/_torch_networks.py reads it with the standard library and torch.frombuffer,
+# in an environment without numpy or TVM.
+_ST_DTYPES = {"float32": "F32", "int8": "I8", "uint8": "U8", "int32": "I32"}
+
+
+def save_tensors(path: str, tensors: dict, metadata: dict | None = None) -> None:
+    """Write name -> array (float32, int8, uint8, int32) and string metadata to ``path`` (safetensors layout)."""
+    import json
+    import struct
+
+    header, offset = {"__metadata__": dict(metadata or {})}, 0
+    arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    for name, arr in arrays.items():
+        header[name] = {
+            "dtype": _ST_DTYPES[str(arr.dtype)],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + arr.nbytes],
+        }
+        offset += arr.nbytes
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head)
+        for arr in arrays.values():
+            f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+def load_tensors(path: str) -> tuple[dict, dict]:
+    """(metadata, name -> array) from a file ``save_tensors`` wrote."""
+    import json
+    import struct
+
+    names = {v: k for k, v in _ST_DTYPES.items()}
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, h in header.items():
+        a, b = h["data_offsets"]
+        dt = np.dtype(names[h["dtype"]]).newbyteorder("<")
+        out[name] = np.frombuffer(data[a:b], dtype=dt).reshape(h["shape"]).astype(dt.newbyteorder("="))
+    return meta, out
+
+
+def save_weights(model: RelaxModel, path: str) -> None:
+    """The model's weights, with its config in the metadata (``config``: JSON), in the safetensors layout."""
+    import json
+
+    save_tensors(path, model.weights, {"config": json.dumps(model.config)})
+
+
+def load_weights(path: str) -> tuple[dict, dict]:
+    """(config, weights) from a file ``save_weights`` wrote; ``from_config(*load_weights(p))`` is the same model."""
+    import json
+
+    meta, weights = load_tensors(path)
+    if "config" not in meta:
+        raise WorkbenchError(f"{path!r} holds no model config (not written by save_weights)")
+    return json.loads(meta["config"]), weights
 
 
 # ---------------------------------------------------------------------------------------- tasks
@@ -188,10 +572,15 @@ class RelaxTask(Workload):
         return f"{self.task_name}: " + ", ".join("x".join(map(str, s)) for s in self.arg_shapes)
 
 
-def extract(model: RelaxModel, target="host", prefix: str = "r18") -> list[RelaxTask]:
-    """The model's tuning tasks (unique fused PrimFuncs, weight = calls), largest weight x FLOPs first."""
+PREFIXES = {"resnet18": "r18", "mobilenet_v2": "mnv2"}
+
+
+def extract(model: RelaxModel, target="host", prefix: str | None = None) -> list[RelaxTask]:
+    """The model's tuning tasks (unique fused PrimFuncs, weight = calls), largest weight x FLOPs first; their
+    names are ``prefix.<fused function>`` (default: r18 / mnv2)."""
     from tvm.s_tir import meta_schedule as ms
 
+    prefix = prefix or PREFIXES.get(model.config.get("arch"), "relax")
     tvm_env.setup()
     tgt = tvm_env.make_target(tvm_env.parse_target(target))
     tasks = ms.relax_integration.extract_tasks(_fuse(model.mod, tgt), tgt)
@@ -285,7 +674,7 @@ def compare(
     model: RelaxModel, store, tasks: list[RelaxTask], target="host", seed: int = 7, work_dir: str | None = None
 ) -> dict:
     """Build untuned and tuned, run both on the same input, check they agree, report both latencies."""
-    x = np.random.default_rng(seed).uniform(-1, 1, size=model.input_shape).astype("float32")
+    x = model.example_input(seed)
     t0 = time.time()
     untuned = build(model, None, target)
     t_untuned = time.time() - t0
@@ -334,7 +723,7 @@ def tune_and_compare(
         db=db,
         strategy=strategy,
         seed=seed,
-        name="relax-resnet18",
+        name=f"relax-{model.config.get('arch', 'model')}",
         **preset_overrides,
     )
     if on_event is not None:

@@ -1,0 +1,558 @@
+"""Whole networks end to end: the workbench's tuned Relax ResNet-18 and MobileNet-V2 against PyTorch on the CPU.
+
+    python benchmarks/networks.py                                   # both networks, 200/500/1000/2000 trials: hours
+    python benchmarks/networks.py --networks mobilenet_v2 --budgets 100,300 --resume
+    python benchmarks/networks.py --budgets 16,32 --image 64 --out /tmp/nw --results /tmp/nw --force --host-wait 0  # smoke
+
+For each network (batch 1, float32, random weights drawn from ``--seed``; ``workbench.relax_model``):
+
+1. the weights and one input are written in the safetensors layout (``relax_model.save_weights``), so PyTorch
+   builds the identical network (``_torch_networks.py``, in torch's own environment ``.venv-torch``; torch never
+   enters the workbench's);
+2. the untuned baseline: ``compile_relax`` with an empty database (TVM's default lowering of every function);
+3. ONE ``NetworkSession`` (quick preset, ``no-rewrite``, the gradient task scheduler) over every extracted
+   task, run to the largest budget; when it reaches each budget of ``--budgets`` it is held (the tuning
+   thread waits) while the best verified record of every task goes into a MetaSchedule database, the whole
+   model is compiled with it and timed end to end; then it goes on: one search, not one per budget;
+4. PyTorch's two best CPU modes, each in a process of its own: eager with channels_last, and
+   ``torch.jit.trace`` + ``freeze`` + ``optimize_for_inference``; the better one is "PyTorch's best". For
+   ``resnet18-int8`` (``relax_model.resnet18_int8``: the same float32 weights quantized, int8 per channel, uint8
+   activations per tensor) PyTorch's quantized backend with the same int8 parameters, engine ``x86`` and
+   ``fbgemm``;
+5. every TVM build's output is compared with PyTorch's first mode's output on the same input: they must agree
+   within ``TOLERANCE[dtype]`` x max(1, max |PyTorch output|): float32 1e-3 (sums in a different order differ
+   by ~1e-6 of the output scale here; a wrong kernel is off by O(1)); int8 1e-2 (the integer arithmetic is the
+   same on both sides and the outputs agree to ~1e-6 of the scale here, but a requantization whose float product
+   lands on the other side of a rounding tie moves one activation by one step, and that step propagates).
+
+The run follows the benchmark protocol (``_quiet.py``): a quiet check before the start, before the tuning and
+before every timing (status 3 and one line when the machine is busy; ``--force`` marks the result invalid), the
+calibration probe before and after, every thread pool sized to ``--threads`` in every process (the tuner's, each
+TVM timing process, each torch process), each library timed alone in its own process with ``quiesce()``
+between two of them, medians of ``--repeats`` samples (each >= 100 ms of calls) with their spread.
+
+``--resume`` keeps every network already finished in ``--out``/networks-partial.json and tunes the others; a
+network whose tuning was interrupted starts again in a fresh store (its old store is kept beside it): a
+``NetworkSession`` cannot be resumed mid-way, and its checkpoints must come from one search.
+
+Writes ``docs/results/networks.md`` and ``networks.json`` (``--results``); stores, databases, weights and
+inputs go to ``benchmarks/out/networks/`` (``--out``). ``--report-only`` rewrites the page from the JSON.
+
+``python benchmarks/networks.py --worker THREADS`` is the TVM timing process (a ``_protocol`` worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(ROOT, "docs", "results")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+import _protocol  # noqa: E402
+import _quiet  # noqa: E402
+import _report  # noqa: E402
+
+NETWORKS = ("resnet18", "mobilenet_v2", "resnet18-int8")
+DEFAULT_BUDGETS = (200, 500, 1000, 2000)
+# PyTorch's modes per dtype; the first one's output is the reference
+TORCH_MODES = {"float32": ("eager-channels_last", "jit-frozen"), "int8": ("quantized-x86", "quantized-fbgemm")}
+TOLERANCE = {"float32": 1e-3, "int8": 1e-2}
+TARGET_SPEEDUP = 1.0  # the goal: end to end at least as fast as PyTorch's best mode within the largest budget
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_budgets(text: str) -> list[int]:
+    try:
+        budgets = sorted({int(b) for b in text.split(",") if b.strip()})
+    except ValueError:
+        raise SystemExit(f"networks.py: --budgets must be comma-separated trial counts, got {text!r}") from None
+    if not budgets or budgets[0] < 1:
+        raise SystemExit(f"networks.py: --budgets must be positive trial counts, got {text!r}")
+    return budgets
+
+
+def parse_networks(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in NETWORKS]
+    if bad or not names:
+        raise SystemExit(f"networks.py: unknown network {bad[0] if bad else text!r}; choose from {', '.join(NETWORKS)}")
+    return names
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """A network's architecture and dtype: resnet18-int8 -> (resnet18, int8), mobilenet_v2 -> (.., float32)."""
+    return (name[: -len("-int8")], "int8") if name.endswith("-int8") else (name, "float32")
+
+
+def agreement(output: list, reference: list, dtype: str = "float32") -> dict:
+    """How far an output is from the reference's: max abs error, the scale, and whether it is within the dtype's
+    TOLERANCE x the scale."""
+    if len(output) != len(reference):
+        return {"max_abs_error": None, "scale": None, "matches": False}
+    err = max((abs(a - b) for a, b in zip(output, reference)), default=0.0)
+    scale = max(1.0, max((abs(b) for b in reference), default=0.0))
+    return {"max_abs_error": err, "scale": scale, "matches": err <= TOLERANCE[dtype] * scale}
+
+
+# ---------------------------------------------------------------- the TVM timing process (a _protocol worker)
+
+_VM: dict = {}
+
+
+def _worker_setup(msg):
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from workbench import relax_model as rm
+    from workbench import tvm_env
+
+    tvm_env.setup()
+    config, weights = rm.load_weights(msg["weights"])
+    model = rm.from_config(config, weights)
+    _, inputs = rm.load_tensors(msg["input"])
+    target = tvm_env.make_target(msg["target"])
+    db = ms.database.JSONDatabase(work_dir=msg["db"]) if msg.get("db") else ms.database.MemoryDatabase()
+    t0 = time.time()
+    ex = ms.relax_integration.compile_relax(db, model.mod, target, None)
+    compile_s = time.time() - t0
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(ex, dev)
+    x = tvm.runtime.tensor(np.ascontiguousarray(inputs["x"]), dev)
+    out = vm["forward"](x).numpy()
+    _VM.update(vm=vm, x=x, dev=dev)
+    return {
+        "output": [float(v) for v in out.reshape(-1)],
+        "output_shape": list(out.shape),
+        "compile_s": round(compile_s, 2),
+        "applied": rm.applied(model, db, msg["target"]) if msg.get("db") else [],
+        "tvm_threads": os.environ.get("TVM_NUM_THREADS"),
+    }
+
+
+def _worker_time(msg):
+    vm, x, dev = _VM["vm"], _VM["x"], _VM["dev"]
+    repeats, min_ms = int(msg.get("repeats", 10)), int(msg.get("min_repeat_ms", 100))
+    timer = vm.time_evaluator("forward", dev, number=1, repeat=repeats, min_repeat_ms=min_ms)
+    timer(x)  # warm-up: the thread pool starts
+    with _protocol.timing_meter(int(os.environ.get("TVM_NUM_THREADS", "1"))) as m:
+        samples = [float(s) for s in timer(x).results]
+    return dict(samples=samples, **m.result)
+
+
+# ---------------------------------------------------------------- one library alone in its own process
+
+
+def time_in_process(argv, setup: dict, threads: int, repeats: int, protocol, phase: str) -> dict:
+    """Quiesce, check the machine, start the process, set up, time, close: one library alone."""
+    _quiet.quiesce()
+    protocol.phase(phase)
+    log(f"{phase}: {repeats} samples, alone in its own process")
+    w = _protocol.Worker(argv, env=_quiet.thread_env(threads), cwd=ROOT)
+    try:
+        info = w.call("setup", **setup)
+        timed = w.call("time", repeats=repeats, min_repeat_ms=100)
+    finally:
+        w.close()
+    stats = _report.summarize(timed["samples"])
+    return dict(
+        info,
+        latency_ms=stats["median"] * 1e3,
+        min_ms=stats["min"] * 1e3,
+        max_ms=stats["max"] * 1e3,
+        spread_pct=stats["spread_pct"],
+        samples_ms=[s * 1e3 for s in timed["samples"]],
+        wait_fraction=timed.get("wait_fraction"),
+        other_cores=timed.get("other_cores"),
+    )
+
+
+def _tvm_argv(threads: int) -> list:
+    return [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
+
+
+def time_tvm(net_dir, files, db_dir, target, threads, repeats, protocol, phase) -> dict:
+    r = time_in_process(
+        _tvm_argv(threads),
+        {"weights": files["weights"], "input": files["input"], "target": target, "db": db_dir},
+        threads,
+        repeats,
+        protocol,
+        phase,
+    )
+    out = r.pop("output")
+    with open(os.path.join(net_dir, f"output-{os.path.basename(db_dir) if db_dir else 'untuned'}.json"), "w") as f:
+        json.dump(out, f)
+    r["output"] = out
+    return r
+
+
+# ---------------------------------------------------------------- one network
+
+
+def run_network(name: str, args, target: dict, protocol, save) -> dict:
+    from workbench import relax_model as rm
+    from workbench.events import EventKind
+    from workbench.network import NetworkSession
+
+    net_dir = os.path.join(args.out, name)
+    if os.path.exists(net_dir):  # an interrupted run: its store is kept, the network is tuned again
+        shutil.move(net_dir, f"{net_dir}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(net_dir)
+    arch, dtype = split_name(name)
+    model = (rm.INT8_MODELS if dtype == "int8" else rm.MODELS)[arch](image=args.image, seed=args.seed)
+    files = {
+        "weights": os.path.join(net_dir, "weights.safetensors"),
+        "input": os.path.join(net_dir, "input.safetensors"),
+    }
+    rm.save_weights(model, files["weights"])
+    rm.save_tensors(files["input"], {"x": model.example_input(args.seed + 7)})
+    tasks = rm.extract(model, target)
+    entry = {
+        "config": model.config,
+        "dtype": dtype,
+        "tasks": len(tasks),
+        "task_calls": sum(t.weight for t in tasks),
+        "gflop": sum(t.weight * t.flops for t in tasks) / 1e9,
+        "budgets": args.budgets,
+        "checkpoints": [],
+        "torch": {},
+        "complete": False,
+    }
+    save(name, entry)
+
+    # PyTorch first: its first mode's output is the reference every TVM build is checked against.
+    torch_argv = [args.torch_python, os.path.join(HERE, "_torch_networks.py"), str(args.threads)]
+    modes = TORCH_MODES[dtype]
+    for mode in modes:
+        r = time_in_process(
+            torch_argv,
+            {"weights": files["weights"], "input": files["input"], "mode": mode},
+            args.threads,
+            args.repeats,
+            protocol,
+            f"timing {name} in PyTorch ({mode})",
+        )
+        entry["torch"][mode] = r
+        log(f"  PyTorch {mode}: {r['latency_ms']:.3f} ms (spread {r['spread_pct']:.0f}%)")
+    reference = entry["torch"][modes[0]]["output"]
+    for mode, r in entry["torch"].items():
+        r.update(agreement(r.pop("output"), reference, dtype))
+    best_mode = min(modes, key=lambda m: entry["torch"][m]["latency_ms"])
+    entry["torch_best"] = {"mode": best_mode, "latency_ms": entry["torch"][best_mode]["latency_ms"]}
+    save(name, entry)
+
+    def checkpoint(trials: int, tuning_s: float, estimated_ms, db_dir) -> dict:
+        r = time_tvm(
+            net_dir, files, db_dir, target, args.threads, args.repeats, protocol, f"timing {name} after {trials} trials"
+        )
+        r.update(agreement(r.pop("output"), reference, dtype))
+        r.update(trials=trials, tuning_s=round(tuning_s, 1), estimated_ms=estimated_ms)
+        r["speedup_vs_torch_best"] = entry["torch_best"]["latency_ms"] / r["latency_ms"]
+        entry["checkpoints"].append(r)
+        save(name, entry)
+        log(
+            f"  {name} @ {trials} trials ({tuning_s / 60:.1f} min tuning): {r['latency_ms']:.3f} ms end to end, "
+            f"{r['speedup_vs_torch_best']:.2f}x PyTorch's best, output matches: {r['matches']}"
+        )
+        return r
+
+    checkpoint(0, 0.0, None, None)  # the untuned baseline: TVM's default lowering of every function
+
+    protocol.phase(f"tuning {name}")
+    log(f"{name}: {len(tasks)} tasks, one session to {args.budgets[-1]} trials")
+    pending = list(args.budgets)
+    held = {"seconds": 0.0}
+    failure: list = []
+    net = NetworkSession(
+        tasks,
+        target=target,
+        trials=pending[0],
+        db=os.path.join(net_dir, "tuning.db"),
+        strategy=args.strategy,
+        seed=args.seed,
+        name=f"networks-{name}",
+        **({"trials_per_round": args.trials_per_round} if args.trials_per_round else {}),
+    )
+    t_start = time.time()
+
+    def at_budget(trials_done: int) -> None:
+        t0 = time.time()
+        db_dir = os.path.join(net_dir, f"db-{trials_done}")
+        os.makedirs(db_dir, exist_ok=True)
+        rm.database(net.store, tasks, target, work_dir=db_dir)
+        checkpoint(trials_done, t0 - t_start - held["seconds"], net.estimated_latency_ms(), db_dir)
+        held["seconds"] += time.time() - t0
+
+    def on_event(e):
+        # Called on the tuning thread: the search waits while a checkpoint is compiled and timed.
+        if e.kind != EventKind.NETWORK_ROUND or failure or not pending or e.data["trials_done"] < pending[0]:
+            return
+        try:
+            at_budget(e.data["trials_done"])
+        except BaseException as ex:  # noqa: BLE001 - re-raised after the session stops (SystemExit included)
+            failure.append(ex)
+            net.stop()
+            return
+        pending.pop(0)
+        if pending:
+            net.trials = pending[0]  # the same search goes on to the next budget
+
+    net.subscribe(on_event)
+    summary = net.run()
+    if failure:
+        raise failure[0]
+    if pending:  # every task ran out of new programs before the largest budget
+        entry["ended_early"] = f"the search ended at {net.trials_done} trials: {summary['status']}"
+        at_budget(net.trials_done)
+    entry["session"] = {
+        k: summary[k] for k in ("trials", "rounds", "tuning_seconds", "estimated_latency_ms", "naive_latency_ms")
+    }
+    entry["tuning_wall_s"] = round(time.time() - t_start - held["seconds"], 1)
+    entry["complete"] = True
+    save(name, entry)
+    return entry
+
+
+# ---------------------------------------------------------------- the page
+
+
+def _ms(x) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def markdown(result: dict) -> str:
+    L = [
+        "# Whole networks end to end: tuned TVM (the workbench) vs PyTorch",
+        "",
+        _quiet.summary_markdown(result.get("protocol")),
+    ]
+    earlier = result.get("earlier_runs") or []
+    if earlier:
+        L += [
+            f"> Resumed (`--resume`): {len(earlier)} earlier run(s) measured the networks kept from them; "
+            f"{sum(1 for r in earlier if not r.get('valid'))} of them **INVALID** by their own checks (their protocol "
+            "records are in networks.json, `earlier_runs`).",
+            "",
+        ]
+    L += [
+        f"Command: `{result['command']}` · {result['date']} · {result['machine']} · {result['threads']} threads in "
+        f"every process · image {result['image']}x{result['image']}, batch 1, random weights (seed "
+        f"{result['seed']}) · TVM {result.get('versions', {}).get('tvm', '?')}, PyTorch "
+        f"{result.get('torch_version') or '?'}",
+        "",
+        "Each network is defined once, with the same weights, in Relax (`workbench/relax_model.py`) and in PyTorch "
+        "(`benchmarks/_torch_networks.py`, loaded from the Relax model's weights with `strict=True`). One "
+        "`NetworkSession` tunes every extracted task under the gradient task scheduler; at each budget the search "
+        "is held while the best verified record of every task is compiled into the whole model "
+        "(`compile_relax`) and timed end to end in a fresh process. PyTorch's two best CPU modes (eager with "
+        "channels_last; `torch.jit.trace` + `freeze` + `optimize_for_inference`; for int8 its quantized backend "
+        "with the same int8 parameters, engines x86 and fbgemm) are timed in their own processes. "
+        f"Latencies are medians of {result['repeats']} samples (each >= 100 ms of calls), with their spread "
+        "((max - min) / median). *vs PyTorch* is PyTorch's best mode's latency / TVM's (above 1: TVM is faster). "
+        f"*matches*: the output within {TOLERANCE['float32']:g} (int8: {TOLERANCE['int8']:g}) x max(1, max |output|) "
+        "of PyTorch's first mode's output on the same input. *tuning* is the search's wall time up to the checkpoint (the checkpoints' own compile and timing "
+        "excluded); *estimated* is the session's sum of calls x best task latency (a task without a tuned "
+        "program counts with its unscheduled build as the session timed it).",
+        "",
+    ]
+    for name in result["networks_order"]:
+        e = result["networks"].get(name)
+        if not e:
+            continue
+        cfg = e["config"]
+        L += [f"## {name} ({e.get('dtype', 'float32')})", ""]
+        L.append(
+            f"{e['tasks']} tasks ({e['task_calls']} calls, {e['gflop']:.2f} GFLOP per inference); "
+            f"config `{json.dumps(cfg)}`" + ("" if e.get("complete") else " — **incomplete (interrupted)**")
+        )
+        L.append("")
+        if e.get("torch"):
+            L += [
+                "| PyTorch mode | latency (ms) | spread | matches the reference (the first mode) |",
+                "|---|---|---|---|",
+            ]
+            for mode, r in e["torch"].items():
+                best = " (best)" if e.get("torch_best", {}).get("mode") == mode else ""
+                L.append(f"| {mode}{best} | {_ms(r['latency_ms'])} | {r['spread_pct']:.0f}% | {_yes(r)} |")
+            L.append("")
+        if e.get("checkpoints"):
+            L += [
+                "| trials | tuning (min) | estimated (ms) | end to end (ms) | spread | vs PyTorch | matches | compile (s) |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            for c in e["checkpoints"]:
+                trials = "0 (untuned)" if c["trials"] == 0 else str(c["trials"])
+                L.append(
+                    f"| {trials} | {c['tuning_s'] / 60:.1f} | {_ms(c.get('estimated_ms'))} | {_ms(c['latency_ms'])} | "
+                    f"{c['spread_pct']:.0f}% | {c['speedup_vs_torch_best']:.2f}x | {_yes(c)} | {c['compile_s']:.0f} |"
+                )
+            L.append("")
+        if e.get("ended_early"):
+            L += [f"Note: {e['ended_early']}.", ""]
+        if e.get("complete") and e.get("checkpoints") and e.get("dtype") == "int8":
+            last = e["checkpoints"][-1]
+            L += [
+                f"After {last['trials']} trials: {last['speedup_vs_torch_best']:.2f}x PyTorch's quantized backend "
+                f"({e.get('tuning_wall_s', 0) / 60:.0f} min of tuning; the >= {TARGET_SPEEDUP:.1f}x goal is float32's).",
+                "",
+            ]
+        elif e.get("complete") and e.get("checkpoints"):
+            last = e["checkpoints"][-1]
+            ok = last["speedup_vs_torch_best"] >= TARGET_SPEEDUP and all(c["matches"] for c in e["checkpoints"])
+            L += [
+                f"**Goal (>= {TARGET_SPEEDUP:.1f}x PyTorch's best within {e['budgets'][-1]} trials): "
+                f"{'met' if ok else 'not met'}** — {last['speedup_vs_torch_best']:.2f}x after {last['trials']} "
+                f"trials ({e.get('tuning_wall_s', 0) / 60:.0f} min of tuning).",
+                "",
+            ]
+    return "\n".join(L) + "\n"
+
+
+def _yes(r) -> str:
+    err = r.get("max_abs_error")
+    return f"{'yes' if r.get('matches') else '**NO**'} ({'–' if err is None else f'{err:.1g}'})"
+
+
+def write_report(result: dict, results_dir: str) -> None:
+    os.makedirs(results_dir, exist_ok=True)
+    with open(os.path.join(results_dir, "networks.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    with open(os.path.join(results_dir, "networks.md"), "w") as f:
+        f.write(markdown(result))
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated: resnet18, mobilenet_v2")
+    ap.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="trial counts to time at")
+    ap.add_argument("--image", type=int, default=224, help="input height and width (a small one for a smoke run)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=10, help="samples per timing (each >= 100 ms of calls)")
+    ap.add_argument("--strategy", default="no-rewrite")
+    ap.add_argument("--trials-per-round", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=_quiet.available_cores())
+    ap.add_argument("--torch-python", default=os.path.join(ROOT, ".venv-torch", "bin", "python"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out", "networks"))
+    ap.add_argument("--results", default=RESULTS, help="where networks.md/.json go")
+    ap.add_argument("--resume", action="store_true", help="keep the networks already finished in --out")
+    ap.add_argument("--force", action="store_true", help="run on a busy machine; the result is marked invalid")
+    ap.add_argument(
+        "--host-wait",
+        type=float,
+        default=300.0,
+        help="seconds a host slower than at its best is waited out before each phase (then refused, or with "
+        "--force marked invalid; 0 for a smoke run)",
+    )
+    ap.add_argument("--report-only", action="store_true", help="rewrite networks.md from networks.json")
+    ap.add_argument(
+        "--probe-reference",
+        default=_quiet.REFERENCE,
+        help="the file with the fastest calibration probe reading on this machine (default: the protocol's)",
+    )
+    args = ap.parse_args(argv)
+    if args.report_only:
+        with open(os.path.join(args.results, "networks.json")) as f:
+            write_report(json.load(f), args.results)
+        return
+    args.budgets = parse_budgets(args.budgets)
+    names = parse_networks(args.networks)
+    if args.image < 64:
+        raise SystemExit("networks.py: --image must be at least 64 (ResNet-18's stem and four stages)")
+    if not subprocess_ok(args.torch_python):
+        raise SystemExit(
+            f"networks.py: torch cannot be imported from {args.torch_python!r}; `make torch-env` creates .venv-torch"
+        )
+
+    from workbench import tvm_env
+
+    threads = args.threads
+    _quiet.set_thread_env(threads)
+    target = tvm_env.host_target_dict(threads)
+    os.makedirs(args.out, exist_ok=True)
+    partial = os.path.join(args.out, "networks-partial.json")
+    earlier = {}
+    if args.resume and os.path.exists(partial):
+        with open(partial) as f:
+            earlier = json.load(f)
+    if earlier and (earlier.get("image"), earlier.get("seed")) != (args.image, args.seed):
+        raise SystemExit(
+            f"networks.py: --resume: {partial} is for image {earlier.get('image')}, seed {earlier.get('seed')}; "
+            "pass the same --image and --seed, or drop --resume"
+        )
+    protocol = _quiet.Protocol(
+        "networks", threads, args.force, host_wait_s=args.host_wait, reference=args.probe_reference
+    )
+    protocol.start()
+    cmd = "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
+    result = {
+        "command": cmd,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, mcpu {target['mcpu']}",
+        "target": target,
+        "threads": threads,
+        "image": args.image,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "versions": tvm_env.library_versions(),
+        "networks_order": names,
+        "networks": {},
+        "earlier_runs": earlier.get("earlier_runs", []) + ([earlier["protocol"]] if earlier.get("protocol") else []),
+    }
+    for n, e in earlier.get("networks", {}).items():
+        if e.get("complete") and n in names and e.get("budgets") == args.budgets:
+            result["networks"][n] = e
+            log(f"{n}: kept from the earlier run (--resume)")
+
+    def save(name, entry):
+        result["networks"][name] = entry
+        result["protocol"] = protocol.summary()
+        with open(partial + ".tmp", "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        os.replace(partial + ".tmp", partial)
+
+    for name in names:
+        if result["networks"].get(name, {}).get("complete"):
+            continue
+        log(f"{name}: image {args.image}, budgets {args.budgets}")
+        run_network(name, args, target, protocol, save)
+    protocol.finish()
+    result["protocol"] = protocol.summary()
+    for e in result["networks"].values():
+        for r in e.get("torch", {}).values():
+            result["torch_version"] = r.get("torch")
+    write_report(result, args.results)
+    with open(partial, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    print(markdown(result))
+
+
+def subprocess_ok(python: str) -> bool:
+    import subprocess
+
+    if not python or not os.path.exists(python):
+        return False
+    return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        _protocol.serve({"setup": _worker_setup, "time": _worker_time})
+    else:
+        main()
