@@ -67,6 +67,20 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def set_up_and_time(argv, setup: dict, threads: int, repeats: int, cwd: str) -> tuple[dict, dict]:
+    """One library's timing process (a ``_protocol`` worker started from ``argv`` with ``threads`` everywhere): set
+    up with ``setup``, ``repeats`` samples of >= 100 ms, closed. Returns (setup's reply, time's reply). Call
+    ``quiesce()`` and ``Protocol.phase`` first: the process must be alone on the machine."""
+    import _protocol
+
+    w = _protocol.Worker(argv, env=thread_env(threads), cwd=cwd)
+    try:
+        info = w.call("setup", **setup)
+        return info, w.call("time", repeats=repeats, min_repeat_ms=100)
+    finally:
+        w.close()
+
+
 def thread_env(threads: int, base: dict | None = None) -> dict:
     """An environment for a process that times kernels: every thread pool sized to ``threads``, the repository
     on ``PYTHONPATH``."""

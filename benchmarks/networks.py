@@ -161,12 +161,7 @@ def time_in_process(argv, setup: dict, threads: int, repeats: int, protocol, pha
     _quiet.quiesce()
     protocol.phase(phase)
     log(f"{phase}: {repeats} samples, alone in its own process")
-    w = _protocol.Worker(argv, env=_quiet.thread_env(threads), cwd=ROOT)
-    try:
-        info = w.call("setup", **setup)
-        timed = w.call("time", repeats=repeats, min_repeat_ms=100)
-    finally:
-        w.close()
+    info, timed = _quiet.set_up_and_time(argv, setup, threads, repeats, ROOT)
     stats = _report.summarize(timed["samples"])
     return dict(
         info,

@@ -50,7 +50,6 @@ RESULTS = os.path.join(ROOT, "docs", "results")
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-import _protocol  # noqa: E402
 import _quiet  # noqa: E402
 import _report  # noqa: E402
 import _tuners  # noqa: E402
@@ -220,12 +219,7 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol,
             what = f"timing {lib}" + (f" (pass {p + 1}/{passes})" if passes > 1 else "")
             protocol.phase(what)
             log(f"{what}: {repeats} samples per kernel, alone in its own process")
-            w = _protocol.Worker(argv, env=_quiet.thread_env(threads), cwd=ROOT)
-            try:
-                info = w.call("setup", **setup)
-                timed = w.call("time", repeats=repeats, min_repeat_ms=100)
-            finally:
-                w.close()
+            info, timed = _quiet.set_up_and_time(argv, setup, threads, repeats, ROOT)
             if lib == "torch":
                 result["torch"] = info
             else:

@@ -164,6 +164,18 @@ def test_protocol_worker_round_trip_and_errors(tmp_path):
         w.close()
 
 
+def test_one_library_is_set_up_and_timed_in_a_process_with_its_thread_count(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import os, sys\nsys.path.insert(0, %r)\nimport _protocol\n"
+        "_protocol.serve({'setup': lambda m: {'n': m['n'], 'threads': os.environ['OMP_NUM_THREADS']},"
+        " 'time': lambda m: {'samples': [0.001] * m['repeats'], 'min_ms': m['min_repeat_ms']}})\n"
+        % os.path.dirname(_protocol.__file__)
+    )
+    info, timed = _quiet.set_up_and_time([sys.executable, str(script)], {"n": 7}, 2, 3, str(tmp_path))
+    assert info == {"n": 7, "threads": "2"} and timed == {"samples": [0.001] * 3, "min_ms": 100}
+
+
 def test_conv_spec_gives_torch_the_workloads_shapes():
     import performance
     from workbench.workloads import registry
@@ -467,7 +479,7 @@ def test_performance_times_each_library_alone_one_process_after_another(monkeypa
         def close(self):
             events.append(("close",))
 
-    monkeypatch.setattr(performance._protocol, "Worker", FakeWorker)
+    monkeypatch.setattr(_protocol, "Worker", FakeWorker)
     monkeypatch.setattr(performance._quiet, "quiesce", lambda *a, **k: events.append(("quiesce",)))
     runs = {
         "4": {
