@@ -346,7 +346,8 @@ def main():
         return
 
     from workbench import tvm_env
-    from workbench.workloads import itemsize, registry
+    from workbench.dtypes import numpy_dtype
+    from workbench.workloads import registry
 
     mode = MODES[args.mode]
     budgets = args.trials or mode["budgets"]
@@ -399,7 +400,9 @@ def main():
                 "op": w.op,
                 "flops": w.flops,
                 "arg_shapes": w.arg_shapes,
-                "intensity": _report.arithmetic_intensity(w.flops, w.arg_shapes, [itemsize(d) for d in w.arg_dtypes]),
+                "intensity": _report.arithmetic_intensity(
+                    w.flops, w.arg_shapes, [numpy_dtype(d).itemsize for d in w.arg_dtypes]
+                ),
             }
         )
     protocol.phase("the peak microbenchmark")

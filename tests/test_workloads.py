@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.workloads import OPS, itemsize, load_spec_file, registry, workload_from_spec
+from workbench.dtypes import numpy_dtype
+from workbench.workloads import OPS, load_spec_file, registry, workload_from_spec
 
 
 def test_registry_covers_the_suites_and_networks():
@@ -26,7 +27,10 @@ def test_registry_covers_the_suites_and_networks():
 
 def test_element_sizes_follow_the_dtype():
     # The memory check and the arithmetic intensity count each argument at its own width, not as fp32.
-    sizes = {d: itemsize(d) for d in ("float32", "int32", "bfloat16", "uint8", "int8", "float8_e4m3fn", "float8_e5m2")}
+    sizes = {
+        d: numpy_dtype(d).itemsize
+        for d in ("float32", "int32", "bfloat16", "uint8", "int8", "float8_e4m3fn", "float8_e5m2")
+    }
     assert sizes == {
         "float32": 4,
         "int32": 4,

@@ -30,14 +30,14 @@ import numpy as np
 
 from . import cost_model as cm
 from . import events as ev
-from . import interfaces, layouts, loop, measure, noise, presets, pruning, space, tvm_env, whatif
+from . import dtypes, interfaces, layouts, loop, measure, noise, presets, pruning, space, tvm_env, whatif
 from . import prior as prior_mod
 from .controller import StrategyController, make_policy
 from .errors import WorkbenchError
 from .lifecycle import SessionLifecycle
 from .loop import PHASES  # noqa: F401 - re-exported: the phases of round_finished.phase_seconds
 from .store import RecordStore, release_session_lock, session_lock
-from .workloads import Workload, itemsize, registry, workload_from_spec
+from .workloads import Workload, registry, workload_from_spec
 
 DEFAULT_DB = "workbench.db"
 NAIVE_TIMEOUT = 600.0  # seconds for one call of the unscheduled program
@@ -843,7 +843,7 @@ class RoundClock(dict):
 def _check_fits_in_memory(w: Workload) -> None:
     # A spec can be valid yet need more memory than the machine has for its inputs (found by a random-spec
     # test): refuse it with one line rather than fail deep in the first round.
-    need = sum(math.prod(shape) * itemsize(dtype) for shape, dtype in w.arg_types)
+    need = sum(math.prod(shape) * dtypes.numpy_dtype(dtype).itemsize for shape, dtype in w.arg_types)
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > have // 2:
         raise WorkbenchError(

@@ -24,7 +24,6 @@ import functools
 import glob
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -72,12 +71,6 @@ class OpDef:
     @property
     def dtypes(self) -> tuple:
         return tuple(dtypes.DTYPES) if self.reduction is not None else (dtypes.DEFAULT,)
-
-
-def itemsize(dtype: str) -> int:
-    """Bytes per element of a TVM dtype ("float8_e4m3fn": 1, "bfloat16": 2, "int32": 4)."""
-    bits = re.match(r"[a-z]*(\d*)", dtype).group(1)
-    return max(1, int(bits or 32) // 8)
 
 
 def _pair(v):
