@@ -81,6 +81,66 @@ def set_up_and_time(argv, setup: dict, threads: int, repeats: int, cwd: str) -> 
         w.close()
 
 
+SELF_CHECK_TOLERANCE = 0.05
+
+
+def standalone_self_check(kernels: list[dict], threads: int, cwd: str, tolerance: float = SELF_CHECK_TOLERANCE) -> list:
+    """Each published kernel timed again by the user's own command, alone: ``workbench best DB WORKLOAD --time``
+    in a fresh process per kernel, ``threads`` everywhere. ``kernels``: dicts with ``db``, ``workload`` and
+    ``table_ms`` (the page's figure). Returns one row per kernel with the standalone median, its spread, the ratio
+    standalone / table and ``agrees`` (within ``tolerance``); a kernel the command cannot time gets ``error``.
+    Call ``Protocol.phase`` first: a standalone time taken beside another job proves nothing."""
+    rows = []
+    for k in kernels:
+        quiesce()
+        argv = [sys.executable, "-m", "workbench.cli", "best", k["db"], k["workload"], "--time"]
+        argv += ["--threads", str(threads), "--json"]
+        row = {"workload": k["workload"], "db": os.path.relpath(k["db"], cwd), "table_ms": k["table_ms"]}
+        row["command"] = f"workbench best {row['db']} {k['workload']} --time --threads {threads} --json"
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=thread_env(threads))
+        if p.returncode != 0:
+            row["error"] = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        else:
+            out = json.loads(p.stdout.strip().splitlines()[-1])
+            ratio = out["timed_ms"] / k["table_ms"]
+            row.update(
+                standalone_ms=out["timed_ms"],
+                spread=out["spread"],
+                noisy=out["noisy"],
+                ratio=ratio,
+                agrees=abs(ratio - 1.0) <= tolerance,
+            )
+        rows.append(row)
+    return rows
+
+
+def self_check_markdown(rows: list, tolerance: float = SELF_CHECK_TOLERANCE) -> str:
+    """The self-check's table and its verdict, for a results page."""
+    if not rows:
+        return ""
+    ok = sum(bool(r.get("agrees")) for r in rows)
+    L = [
+        "## Standalone self-check",
+        "",
+        f"Each workbench kernel of the table timed again alone by the user's command (`{rows[0]['command']}` and "
+        f"the same for every row, a fresh process each, nothing else running): **{ok}/{len(rows)} within "
+        f"{100 * tolerance:.0f} % of the table**.",
+        "",
+        "| workload | table ms | standalone ms (spread) | standalone / table | agrees |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            L.append(f"| {r['workload']} | {r['table_ms']:.4g} | failed: {r['error']} | – | no |")
+            continue
+        noisy = " (disturbed)" if r.get("noisy") else ""
+        L.append(
+            f"| {r['workload']} | {r['table_ms']:.4g} | {r['standalone_ms']:.4g} ({100 * (r['spread'] or 0):.0f} %)"
+            f"{noisy} | {r['ratio']:.3f} | {'yes' if r['agrees'] else '**no**'} |"
+        )
+    return "\n".join(L) + "\n"
+
+
 def thread_env(threads: int, base: dict | None = None) -> dict:
     """An environment for a process that times kernels: every thread pool sized to ``threads``, the repository
     on ``PYTHONPATH``."""

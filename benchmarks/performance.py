@@ -19,7 +19,9 @@ What it runs (all with the same llvm target, ``mcpu`` and ``num-cores`` included
    pooled: for a host whose speed drifts); every figure is the median of ``repeats`` samples (>= 100 ms each) with
    its spread, and the calibration probe is read before and after this phase;
 4. a profile of one workbench session, before and after the tuning-time change this benchmark documents
-   (``_profile.py``).
+   (``_profile.py``);
+5. the standalone self-check: each workbench kernel of the table timed again by ``workbench best DB W --time``
+   in a process of its own, alone, and compared with the table (within 5 %: ``_quiet.standalone_self_check``).
 
 Every step follows the benchmark protocol (``_quiet.py``): a quiet check before the start and before every
 phase (the peak, each tuner run, each library's timing, each profile; status 3 and one line when the machine
@@ -243,6 +245,17 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol,
             result["remeasure"].setdefault(budget, {}).setdefault(wname, {})[tuner] = s
 
 
+def self_check(result: dict, threads: int) -> list:
+    """The workbench's final kernels of every budget, timed again by the user's own command (``_quiet``)."""
+    kernels = []
+    for budget, per_w in result["runs"].items():
+        for wname, runs in per_w.items():
+            table = result["remeasure"].get(budget, {}).get(wname, {}).get("workbench")
+            if table and "workbench" in runs:
+                kernels.append({"db": runs["workbench"]["db"], "workload": wname, "table_ms": 1e3 * table["median"]})
+    return _quiet.standalone_self_check(kernels, threads, ROOT)
+
+
 def _best_workbench_trace(db: str) -> str:
     import sqlite3
 
@@ -440,6 +453,9 @@ def main():
     verify_peak(result, args.out, threads, protocol)
     if profile_trials:
         result["profile"] = run_profile(args.out, target, profile_trials, protocol)
+    protocol.phase("the standalone self-check")
+    log("standalone self-check: each workbench kernel timed by `workbench best DB W --time`, alone")
+    result["self_check"] = self_check(result, threads)
     protocol.finish()
     result["total_seconds"] = time.time() - t_start
     result["protocol"] = protocol.summary()
@@ -459,6 +475,8 @@ def write_report(result: dict, results_dir: str) -> None:
     has_plot = not result["peak"].get("below_achieved") and _report.roofline_html(result, derived, plot)
     analysis = open(ANALYSIS).read() if os.path.exists(ANALYSIS) else ""
     md = _report.markdown(result, derived, analysis, os.path.basename(plot) if has_plot else None)
+    if result.get("self_check"):
+        md += "\n" + _quiet.self_check_markdown(result["self_check"])
     md += f"\nTotal benchmark time: {result['total_seconds'] / 60:.1f} min.\n"
     with open(os.path.join(results_dir, "performance.md"), "w") as f:
         f.write(md)

@@ -44,6 +44,8 @@ VARIANTS = {
     "pack-sum + pruning": {"cost_model": "pack-sum", "deterministic": True, "pruning": "all"},
     "pairwise-rank": {"cost_model": "pairwise-rank", "deterministic": True},
     "pairwise-rank + pruning": {"cost_model": "pairwise-rank", "deterministic": True, "pruning": "all"},
+    "pack-sum + prior": {"cost_model": "pack-sum", "deterministic": True, "prior": True},
+    "pairwise-rank + prior": {"cost_model": "pairwise-rank", "deterministic": True, "prior": True},
     "pack-sum on all cores": {"cost_model": "pack-sum", "deterministic": False},
 }
 BASELINE = "pack-sum"
@@ -63,9 +65,14 @@ def variant_of(sess) -> str | None:
     from workbench import pruning
 
     pp = sess["preset_params"]
-    got = (pp.get("cost_model"), tuple(pp.get("pruning") or ()), bool(pp.get("deterministic")))
+    got = (pp.get("cost_model"), tuple(pp.get("pruning") or ()), bool(pp.get("deterministic")), bool(pp.get("prior")))
     for name, over in VARIANTS.items():
-        want = (over["cost_model"], pruning.parse_rules(over.get("pruning")), over["deterministic"])
+        want = (
+            over["cost_model"],
+            pruning.parse_rules(over.get("pruning")),
+            over["deterministic"],
+            bool(over.get("prior")),
+        )
         if got == want and sess["strategy_arg"] == "no-rewrite":
             return name
     return None
@@ -105,6 +112,7 @@ def collect(db) -> dict:
             ok = rec[rec["error_class"].isna() & rec["verified"].astype(bool)]
             top = ok.loc[ok["latency_ms"].idxmin()] if len(ok) else None
             ev = [e["data"] for e in store.events(sess["id"]) if e["kind"] == "round_finished"]
+            first_round = curve[min(int(sess["preset_params"].get("trials_per_round") or 8), len(curve)) - 1][0]
             runs[(sess["workload"], sess["seed"], v)] = {
                 "session_id": sess["id"],
                 "target": sess["target"],
@@ -114,6 +122,7 @@ def collect(db) -> dict:
                 "best_session_ms": float(top["latency_ms"]) if top is not None else None,
                 "best_trace": top["trace"] if top is not None else None,
                 "best_hash": top["mod_hash"] if top is not None else None,
+                "first_round_best_ms": first_round,
                 "pruning": (ev[-1].get("pruning_counts") if ev else None),
                 "dropped": sum(sum((e.get("pruned_programs") or {}).values()) for e in ev),
             }
@@ -145,6 +154,9 @@ def analyse(runs: dict, timed: dict, workloads, seeds) -> dict:
                     "best_ms": t["median_ms"] if t else None,
                     "spread": t["spread"] if t else None,
                     "best_session_ms": r["best_session_ms"],
+                    "first_round_score": (r["best_session_ms"] / r["first_round_best_ms"])
+                    if r["best_session_ms"] and r["first_round_best_ms"]
+                    else None,
                     "seconds": round(r["seconds"], 1),
                     "pruning": r["pruning"],
                     "dropped": r["dropped"],
@@ -175,7 +187,9 @@ def write_md(res: dict, results: str) -> None:
         "`benchmarks/search_variants.py`'s docstring. **speed** = the pack-sum session's re-measured best over "
         "the variant's (> 1: the variant found a faster kernel); **wall** = the variant's session wall time over "
         "pack-sum's; **to 5 %** = in-session wall seconds until the best-so-far is within 5 % of the best any "
-        "variant reached on that workload and seed ('-': never).",
+        "variant reached on that workload and seed ('-': never); **1st round** = the session's final best over the "
+        "best of its first round (1.0: the first round, ranked by the untrained model or the prior, already held "
+        "it).",
         "",
         "| variant | speed vs pack-sum (geomean) | wall vs pack-sum (geomean) |",
         "|---|---|---|",
@@ -185,9 +199,9 @@ def write_md(res: dict, results: str) -> None:
         L.append(f"| {v} | {'-' if g is None else f'{g:.3f}'} | {'-' if w is None else f'{w:.2f}'} |")
     L += [
         "",
-        "| workload, seed | variant | best ms (re-measured, spread) | in session ms | session s | to 5 % s | "
-        "pruned (dropped / search-scored) |",
-        "|---|---|---|---|---|---|---|",
+        "| workload, seed | variant | best ms (re-measured, spread) | in session ms | 1st round | session s | "
+        "to 5 % s | pruned (dropped / search-scored) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, row in a["per_workload"].items():
         for v, x in row.items():
@@ -201,8 +215,10 @@ def write_md(res: dict, results: str) -> None:
             )
             best = "-" if x["best_ms"] is None else f"{x['best_ms']:.4f} ({100 * (x['spread'] or 0):.0f} %)"
             ttp = "-" if x["time_to_5pct_s"] is None else f"{x['time_to_5pct_s']:.0f}"
+            first = "-" if x.get("first_round_score") is None else f"{x['first_round_score']:.2f}"
             L.append(
-                f"| {key.replace('|', ', seed ')} | {v} | {best} | {x['best_session_ms']:.4f} | {x['seconds']:.0f} | "
+                f"| {key.replace('|', ', seed ')} | {v} | {best} | {x['best_session_ms']:.4f} | {first} | "
+                f"{x['seconds']:.0f} | "
                 f"{ttp} | {pruned} |"
             )
     analysis = os.path.join(HERE, "search_variants_analysis.md")

@@ -422,6 +422,33 @@ def test_check_peak_flags_a_peak_below_an_achieved_figure():
     assert "100.0 GFLOPS" in msg and "109.4" in msg and "GMM.2 workbench" in msg and "bug" in msg
 
 
+def test_standalone_self_check_runs_the_users_command_per_kernel_and_judges_within_5_percent(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_run(argv, capture_output, text, cwd, env):
+        calls.append((argv, env))
+        timed = {"w1": 1.03, "w2": 1.20}.get(argv[5])
+        if timed is None:
+            return subprocess.CompletedProcess(argv, 2, "", "workbench: no verified program of w3 in the store\n")
+        out = {"timed_ms": timed, "spread": 0.02, "noisy": False}
+        return subprocess.CompletedProcess(argv, 0, "log line\n" + json.dumps(out) + "\n", "")
+
+    monkeypatch.setattr(_quiet, "quiesce", lambda *a, **k: {})
+    monkeypatch.setattr(_quiet.subprocess, "run", fake_run)
+    db = str(tmp_path / "wb.db")
+    rows = _quiet.standalone_self_check(
+        [{"db": db, "workload": w, "table_ms": 1.0} for w in ("w1", "w2", "w3")], 2, str(tmp_path)
+    )
+    argv, env = calls[0]
+    assert argv[1:] == ["-m", "workbench.cli", "best", db, "w1", "--time", "--threads", "2", "--json"]
+    assert env["TVM_NUM_THREADS"] == "2" and env["OMP_NUM_THREADS"] == "2"
+    assert [r.get("agrees") for r in rows] == [True, False, None]
+    assert rows[1]["ratio"] == pytest.approx(1.2) and "no verified program" in rows[2]["error"]
+    md = _quiet.self_check_markdown(rows)
+    assert "**1/3 within 5 % of the table**" in md and "`workbench best wb.db w1 --time --threads 2 --json`" in md
+    assert "| w2 | 1 | 1.2 (2 %) | 1.200 | **no** |" in md and "| w3 | 1 | failed: workbench: no verified" in md
+
+
 def test_thread_env_sizes_every_pool():
     env = _quiet.thread_env(3, base={"PATH": "/bin"})
     assert env["TVM_NUM_THREADS"] == env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "3"
@@ -713,14 +740,16 @@ def test_policy_simulation_replays_the_fixed_sessions_rounds():
 def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests(tmp_path):
     import search_variants as sv
 
-    def sess(cost_model, deterministic, pruning=None):
-        pp = {"cost_model": cost_model, "deterministic": deterministic, "pruning": list(pruning or [])}
+    def sess(cost_model, deterministic, pruning=None, prior=False):
+        pp = {"cost_model": cost_model, "deterministic": deterministic, "pruning": list(pruning or []), "prior": prior}
         return {"preset_params": pp, "strategy_arg": "no-rewrite"}
 
     assert sv.variant_of(sess("pack-sum", True)) == "pack-sum"
     assert sv.variant_of(sess("pack-sum", True, ["unvectorized", "vector-width", "serial"])) == "pack-sum + pruning"
     assert sv.variant_of(sess("pack-sum", False)) == "pack-sum on all cores"
     assert sv.variant_of(sess("pack-sum", True, ["serial"])) is None  # not one of ours
+    assert sv.variant_of(sess("pairwise-rank", True, prior=True)) == "pairwise-rank + prior"
+    assert sv.variant_of(sess("pairwise-rank", True)) == "pairwise-rank"
     # the default --variants (every name joined by commas) parses back to every variant
     assert sv.parse_variants(",".join(sv.VARIANTS)) == list(sv.VARIANTS)
     with pytest.raises(ValueError, match="unknown variant 'fast'"):
@@ -733,6 +762,7 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
         return {
             "best_hash": h,
             "best_session_ms": best,
+            "first_round_best_ms": best * 2,
             "seconds": seconds,
             "curve": curve,
             "pruning": None,
@@ -747,6 +777,7 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
     row = a["per_workload"]["w|0"]
     # within 5 % of the best any variant reached (0.9 -> 0.945): pack-sum never, pairwise-rank at its last trial
     assert row["pack-sum"]["time_to_5pct_s"] is None and row["pairwise-rank"]["time_to_5pct_s"] == 120.0
+    assert row["pairwise-rank"]["first_round_score"] == pytest.approx(0.5)  # the first round reached half the best
     res = {
         "analysis": a,
         "protocol": None,
@@ -760,7 +791,10 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
     }
     sv.write_md(res, str(tmp_path))
     md = open(tmp_path / "search_variants.md").read()
-    assert "| pairwise-rank | 1.250 | 1.20 |" in md and "| w, seed 0 | pairwise-rank | 0.8000 (3 %) |" in md
+    assert (
+        "| pairwise-rank | 1.250 | 1.20 |" in md
+        and "| w, seed 0 | pairwise-rank | 0.8000 (3 %) | 0.9000 | 0.50 |" in md
+    )
 
 
 def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_path):

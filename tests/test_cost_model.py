@@ -185,6 +185,23 @@ def test_a_prior_ranks_a_new_workload_before_training_and_is_refined_after(cls, 
     assert not np.allclose(after, own_only)  # the own trees sit on top of the prior's output
 
 
+def test_the_shipped_priors_load_and_rank_programs_before_any_sample_of_their_own():
+    """The priors under workbench/data (benchmarks/corpus.py --prior): one per cost model, with the feature count
+    this version computes and a description of their corpus; a session's model starts ranking with them."""
+    from workbench import prior
+
+    assert prior.available() == list(COST_MODELS)
+    rng = np.random.default_rng(0)
+    progs = [_full_program(rng) for _ in range(8)]
+    for name in COST_MODELS:
+        _booster, meta = prior.load(name)
+        assert meta["model"] == name and meta["programs"] > 0 and len(meta["workloads"]) >= 10
+        m = make_cost_model(name, 0, presets.get("quick", prior=True), 1, with_prior=True)
+        assert m.has_prior and not m.trained
+        scores = np.asarray(m.predict(progs))
+        assert scores.shape == (8,) and np.isfinite(scores).all() and np.ptp(scores) > 0
+
+
 def test_no_prior_is_a_one_line_error(tmp_path, monkeypatch):
     from workbench import prior
 
