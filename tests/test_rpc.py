@@ -218,11 +218,36 @@ def _no_candidate_lost(s):
 
 
 @pytest.mark.slow
-def test_tunes_through_the_tracker_on_two_servers_in_parallel(tmp_path, cluster):
+def test_tunes_through_the_tracker_on_two_servers_in_parallel(tmp_path, cluster, monkeypatch):
+    """... and searches the next round while the servers time this one (their load is not this machine's)."""
+    import threading
+
+    from workbench import loop
+
+    spans, propose = [], loop.Propose.__call__
+
+    def spanned(kind, fn, pad_s=0.0):
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                if threading.current_thread().name == "workbench-search-ahead":
+                    time.sleep(pad_s)  # a search ahead that outlasts the builds, as a big workload's does
+                spans.append((kind, threading.current_thread().name, t0, time.perf_counter()))
+
+        return wrapper
+
+    monkeypatch.setattr(loop.Propose, "__call__", spanned("search", propose, pad_s=4.0))
+    monkeypatch.setattr(RPCRunner, "run_many", spanned("time", RPCRunner.run_many))
     s = _session(tmp_path, cluster.url)
+    assert s.preset.overlaps
     seen = []
     s.subscribe(lambda e: seen.append(e) if e.kind == "runner_health" else None)
     summ = s.run()
+    ahead = [x for x in spans if x[0] == "search" and x[1] == "workbench-search-ahead"]
+    timed = [x for x in spans if x[0] == "time"]
+    assert ahead and any(a[2] < t[3] and t[2] < a[3] for a in ahead for t in timed), spans
     assert summ["status"] == "finished" and summ["trials"] == 16
     assert summ["verified"] and summ["best_latency_ms"] < summ["naive_latency_ms"]
     ev, rec = _no_candidate_lost(s)

@@ -37,7 +37,7 @@ def test_the_frame_has_one_row_per_span_in_time_order():
     ahead = f[f["phase"] == "search_overlapped"].iloc[0]
     build = f[(f["phase"] == "build") & (f["round"] == 1)].iloc[0]
     assert build["start"] <= ahead["start"] and ahead["end"] <= build["end"]
-    assert ahead["lane"] == "search ahead (while building)"
+    assert ahead["lane"] == "search ahead (while building or timing remotely)"
     assert timeline_frame([]).empty
 
 
@@ -73,7 +73,9 @@ def test_the_view_draws_a_lane_per_phase_from_round_finished_events():
     view.refresh(m, m.take_changes())
     lanes = [t.y[0] for t in view.fig.data]
     order = [lab for _p, lab, _c in LANES]
-    assert lanes == [lab for lab in order if lab in lanes] and "search ahead (while building)" in lanes
+    assert (
+        lanes == [lab for lab in order if lab in lanes] and "search ahead (while building or timing remotely)" in lanes
+    )
     build = next(t for t in view.fig.data if t.y[0] == "build")
     assert list(build.base) == [1.2, 3.3] and list(build.x) == pytest.approx([0.8, 0.7])
     assert "no-rewrite&lt;b&gt;" in str(build.customdata)  # a stored strategy name is escaped in the hover

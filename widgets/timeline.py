@@ -2,7 +2,8 @@
 
 It shows where a round's wall time goes (search, features, build, timing, training) and how much of the next
 round's search ran while this round built (preset ``overlap``): those spans sit on their own lane, inside the
-build spans they overlapped. Timing never overlaps anything else on it.
+build spans they overlapped; with a runner that times kernels on other machines (RPC) they may reach into the
+timing span too. A local runner's timing never overlaps anything else on it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .model import CONTROLLER, SESSION
 LANES = [
     ("cross_seed", "cross-seed", "#adb5bd"),
     ("search", "search", "#1c7ed6"),
-    ("search_overlapped", "search ahead (while building)", "#74c0fc"),
+    ("search_overlapped", "search ahead (while building or timing remotely)", "#74c0fc"),
     ("features", "features + prediction", "#7048e8"),
     ("build", "build", "#f59f00"),
     ("measure", "timing (+ verify, record)", "#e03131"),
@@ -77,7 +78,7 @@ def summary_html(s: dict) -> str:
     if s["overlapped_share"] is not None and s["overlapped_s"] > 0:
         text += (
             f" {s['overlapped_s']:.1f} s of search ({s['overlapped_share']:.0%} of it) ran while a round built"
-            " (preset <code>overlap</code>)."
+            " or was timed remotely (preset <code>overlap</code>)."
         )
     return f"<span style='font-size:12px'>{text}</span>"
 

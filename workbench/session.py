@@ -647,39 +647,21 @@ class TuningSession(SessionLifecycle):
                 ],
             )
         )
-        with _timed(phases, "build"):
-            builds = self._build_and_search_ahead(strategy, proposals, phases)
-        best_before = self.state.best_ms()
         measured: list = []  # (proposal, record)
-
-        def one(i, run_result=None):
-            p, b = proposals[i], builds[i]
-            with self._bench:
-                rec = self._measure_one(strategy, chosen_by, p, b, t_prop, run_result)
-            measured.append((p, rec))
+        ahead = _SearchAhead(None)
+        try:
+            with _timed(phases, "build"):
+                ahead = self._search_ahead(strategy, proposals, phases)
+                with self._bench:  # no what-if timing while this round builds or a search runs
+                    builds = self.build(proposals)
+                    if self.runner.measures_locally:
+                        ahead.join()  # on 2 cores a search takes a core from the kernel being timed
+            best_before = self.state.best_ms()
+            self._measure_round(strategy, chosen_by, proposals, builds, measured, t_prop, phases)
+        finally:
+            ahead.join()
+        for p, rec in measured:  # after the search ahead: it reads the search databases these records go into
             self.learn.record(strategy, p, rec)
-
-        with _timed(phases, "measure"):
-            try:
-                with self.measurement_gate:
-                    with self._bench:
-                        slow_before = self.measure_step.probe_slow("before round")
-                    first_id = self.store.last_record_id(self.session_id)
-                    if isinstance(self.runner, interfaces.BatchRunner):
-                        self._measure_batch(proposals, builds, one)
-                    else:
-                        for i in range(len(proposals)):
-                            if not self._wait_if_paused():
-                                break
-                            one(i)
-                    with self._bench:
-                        slow_after = bool(measured) and self.measure_step.probe_slow("after round")
-                    if slow_after:
-                        self._mark_round_noisy(first_id, "the probe was slow after the round")
-                    elif slow_before:
-                        self._mark_round_noisy(first_id, "the probe was slow before the round and did not recover")
-            finally:
-                self.build.discard(builds, keep={path for path, _ in self.state.artifacts.values()})
         t = time.time()
         with _timed(phases, "train"):
             trained = self.learn.round(strategy, measured)
@@ -717,6 +699,37 @@ class TuningSession(SessionLifecycle):
         )
         return len(measured)
 
+    def _measure_round(self, strategy, chosen_by, proposals, builds, measured: list, t_prop, phases) -> None:
+        """Time, verify and record the round's built proposals into ``measured``, between two probe readings."""
+
+        def one(i, run_result=None):
+            p, b = proposals[i], builds[i]
+            with self._bench:
+                rec = self._measure_one(strategy, chosen_by, p, b, t_prop, run_result)
+            measured.append((p, rec))
+
+        with _timed(phases, "measure"):
+            try:
+                with self.measurement_gate:
+                    with self._bench:
+                        slow_before = self.measure_step.probe_slow("before round")
+                    first_id = self.store.last_record_id(self.session_id)
+                    if isinstance(self.runner, interfaces.BatchRunner):
+                        self._measure_batch(proposals, builds, one)
+                    else:
+                        for i in range(len(proposals)):
+                            if not self._wait_if_paused():
+                                break
+                            one(i)
+                    with self._bench:
+                        slow_after = bool(measured) and self.measure_step.probe_slow("after round")
+                    if slow_after:
+                        self._mark_round_noisy(first_id, "the probe was slow after the round")
+                    elif slow_before:
+                        self._mark_round_noisy(first_id, "the probe was slow before the round and did not recover")
+            finally:
+                self.build.discard(builds, keep={path for path, _ in self.state.artifacts.values()})
+
     def _measure_one(self, strategy: str, chosen_by: str, p: loop.Proposal, b, t_prop: float, run_result=None) -> dict:
         """measure → (verify → confirm, for a would-be best) → record, for one built proposal."""
         timing = self.measure_step(b, p.shapes, trial=self.trials_done + 1, run_result=run_result)
@@ -743,38 +756,29 @@ class TuningSession(SessionLifecycle):
             keep_artifact=run_result is None,
         )
 
-    def _build_and_search_ahead(self, strategy: str, proposals: list, phases: "RoundClock") -> list:
-        """Build the round's proposals; with the preset's ``overlap``, search the next round meanwhile (the
-        builds run in the builder's worker processes) for the strategy the controller will likely pick. Both
-        end before anything is timed, and a what-if measurement waits for both (``_bench``)."""
+    def _search_ahead(self, strategy: str, proposals: list, phases: "RoundClock") -> "_SearchAhead":
+        """With the preset's ``overlap``, search the next round on a thread of its own, for the strategy the
+        controller will likely pick, while this round builds (in the builder's worker processes) and, when the
+        runner times kernels on other machines, while it is timed. A local runner's timing waits for it."""
         left = self.trials - self.trials_done - len(proposals)
         nxt = self.controller.likely_next(strategy) if self.preset.overlaps and left > 0 else None
-        with self._bench:
-            if nxt is None:
-                return self.build(proposals)
-            result: dict = {}
+        if nxt is None:
+            return _SearchAhead(None)
+        exclude = {p.mod_hash for p in proposals}
+        n = min(self.preset.trials_per_round, left)
 
-            def build():
-                try:
-                    result["builds"] = self.build(proposals)
-                except BaseException as e:  # noqa: BLE001 - raised again in the loop's thread below
-                    result["error"] = e
-
-            builder = threading.Thread(target=build, name="workbench-build", daemon=True)
-            builder.start()
+        def search():
             with _timed(phases, "search_overlapped"):
                 try:
                     self.cross_seed(nxt)
-                    ahead = self.propose(
-                        nxt, min(self.preset.trials_per_round, left), exclude={p.mod_hash for p in proposals}
-                    )
+                    ahead = self.propose(nxt, n, exclude=exclude)
                     self._ahead = (nxt, ahead) if ahead else None
                 except Exception:  # noqa: BLE001 - a search that fails fails again when its round runs it, and says so
                     self._ahead = None
-            builder.join()
-        if "error" in result:
-            raise result["error"]
-        return result["builds"]
+
+        thread = threading.Thread(target=search, name="workbench-search-ahead", daemon=True)
+        thread.start()
+        return _SearchAhead(thread)
 
     def _speculated(self, strategy: str, n: int) -> list:
         """The proposals searched ahead for ``strategy`` while the previous round built, less any measured or
@@ -817,6 +821,17 @@ class TuningSession(SessionLifecycle):
         ids = self.store.mark_noisy(self.session_id, after_id)
         if ids:
             self._emit(ev.RecordsMarkedNoisy(record_ids=ids, reason=reason))
+
+
+class _SearchAhead:
+    """The next round's search running on its thread (or none); ``join`` waits for it, again and again."""
+
+    def __init__(self, thread: threading.Thread | None):
+        self.thread = thread
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
 
 
 @contextlib.contextmanager
