@@ -25,7 +25,6 @@ Writes ``docs/results/live_dashboard.md`` and ``.json``; stores and logs go to `
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -83,6 +82,7 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
         "WORKBENCH_WORKLOAD": args.workload,
         "WORKBENCH_INTERACTIVE": "1",
         "WORKBENCH_DETERMINISTIC": "1",  # as the headless run's --deterministic: the same seed, the same search
+        "WORKBENCH_RUNS": os.path.join(work, "runs"),  # where the notebook keeps its store (store.runs_path)
     }
     with serve_notebooks(work, env) as (url, token):
         with sync_playwright() as p:
@@ -121,8 +121,7 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
             os.makedirs(OUT, exist_ok=True)
             dash.screenshot(path=os.path.join(OUT, shot))
             browser.close()
-    [db] = glob.glob(os.path.join(work, "tmp", "workbench-*", "quickstart.db"))
-    return db, seconds
+    return os.path.join(work, "runs", "quickstart.db"), seconds
 
 
 def stats(db: str) -> dict:
