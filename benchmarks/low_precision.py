@@ -136,6 +136,12 @@ def parse_args(argv=None):
     ap.add_argument("--torch-python", default=TORCH_PYTHON)
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out", "low_precision"))
     ap.add_argument("--results", default=RESULTS, help="where low_precision.md/.json go")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep a workload's records store in --out when it holds a verified best (tuned by an earlier run that "
+        "stopped before its timing) instead of tuning it again; the page says which were reused",
+    )
     ap.add_argument("--force", action="store_true", help="run on a busy machine; the result is marked invalid")
     ap.add_argument("--report-only", action="store_true", help="rewrite the page from low_precision.json")
     return ap.parse_args(argv)
@@ -294,6 +300,28 @@ def implementations(torch_python: str, libs: dict, threads: int) -> dict:
     return out
 
 
+def reused_run(db: str, name: str) -> dict | None:
+    """A tuning run read back from its records store (``workbench show DB --json``), or None when the store is
+    missing or holds no verified best of ``name``; its wall time is not in the store."""
+    if not os.path.exists(db):
+        return None
+    p = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "show", db, "--json"], capture_output=True, text=True, cwd=ROOT
+    )
+    if p.returncode != 0:
+        return None
+    w = json.loads(p.stdout.strip().splitlines()[-1])["workloads"].get(name)
+    if not w or w.get("best_latency_ms") is None:
+        return None
+    m = w["measured"]
+    return dict(measured=m, ok=m - w["errors"], failed=w["errors"], best_latency_ms=w["best_latency_ms"]) | {
+        "wall_seconds": None,
+        "verified": True,
+        "db": db,
+        "reused": True,
+    }
+
+
 def run(args) -> dict:
     from workbench import tvm_env
     from workbench.workloads import registry
@@ -346,9 +374,15 @@ def run(args) -> dict:
             with open(path, "w") as f:
                 json.dump(specs[name], f)
             arg = f"--spec={path}"  # run_workbench puts its workload argument where the CLI reads one; one token
+        db = os.path.join(args.out, f"wb-{name}.db")
+        r = reused_run(db, name) if args.reuse else None
+        if r is not None:
+            log(f"reusing {db}: {r['measured']} trials, best {r['best_latency_ms']} ms")
+            result["runs"][name] = r
+            continue
         protocol.phase(f"tuning {name}")
         log(f"tuning {name}: {args.trials} trials")
-        r = _tuners.run_workbench(arg, target, args.trials, args.per_round, os.path.join(args.out, f"wb-{name}.db"))
+        r = _tuners.run_workbench(arg, target, args.trials, args.per_round, db)
         r.pop("timeline", None)
         result["runs"][name] = r
         log(f"  best {r['best_latency_ms']} ms, {r['wall_seconds']:.0f} s")
@@ -523,10 +557,19 @@ def markdown(result: dict, analysis: str = "") -> str:
     L += ["## Tuning runs", "", "| workload | measured | failed | wall s | best ms (own timing) | verified |"]
     L.append("|---|---|---|---|---|---|")
     for n, r in result["runs"].items():
+        wall = "reused" if r.get("reused") else f"{r['wall_seconds']:.0f}"
         L.append(
-            f"| {n} | {r['measured']} | {r['failed']} | {r['wall_seconds']:.0f} | {r['best_latency_ms']:.4g} | "
+            f"| {n} | {r['measured']} | {r['failed']} | {wall} | {r['best_latency_ms']:.4g} | "
             f"{'yes' if r['verified'] else '**no**'} |"
         )
+    reused = [n for n, r in result["runs"].items() if r.get("reused")]
+    if reused:
+        L += [
+            "",
+            f"Reused (`--reuse`): the records stores of {', '.join(f'`{n}`' for n in reused)} were tuned by an "
+            "earlier run of the same command that the protocol stopped before its timing phase; this run timed "
+            'their best kernels (best verified program per store; "wall s" is not in a store).',
+        ]
     L += ["", f"Total benchmark time: {result.get('total_seconds', 0) / 60:.1f} min.", ""]
     return "\n".join(L)
 

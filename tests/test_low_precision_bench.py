@@ -222,7 +222,7 @@ def _result(int8_conv_ms=0.5, x86_ms=0.6, fp32_ms=1.5, bf16_ms=2.0, torch_bf16_m
         "passes": 1,
         "comparisons": list(lp.DEFAULT_COMPARISONS),
         "workloads": ws,
-        "runs": {n: dict(run) for n in ws},
+        "runs": dict({n: dict(run) for n in ws}, **{"bert.ffn1": dict(run, wall_seconds=None, reused=True)}),
         "kernels": kernels,
         "torch": {"torch float": {"torch": "2.13.0+cpu"}},
         "implementations": {
@@ -271,6 +271,8 @@ def test_the_page_states_every_target_with_its_ratio_and_verdict(tmp_path):
     assert "quint8 with one scale for the tensor" in md and "**int32** accumulator" in md and "1/1 within 5 %" in md
     assert "**write bfloat16**" in md and "not valid under the protocol" not in md
     assert "commit `abc`" in md
+    assert "| bert.ffn1 | 64 | 0 | reused |" in md and "the records stores of `bert.ffn1` were tuned" in md
+    assert lp.reused_run(str(tmp_path / "absent.db"), "bert.ffn1") is None
 
 
 def test_a_wrong_kernel_or_an_invalid_run_meets_no_target(tmp_path):
