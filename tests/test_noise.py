@@ -132,6 +132,74 @@ def test_gate_holds_timing_until_a_draw_ends_and_refuses_draws_while_timing():
     gate.end_draw(drew=False)
 
 
+class _Readings:
+    """``procs_running`` as a script: busy (3 runnable threads) for the first ``busy`` readings, then only the
+    reader."""
+
+    def __init__(self, busy: int):
+        self.busy, self.calls = busy, 0
+
+    def __call__(self) -> int:
+        self.calls += 1
+        return 3 if self.calls <= self.busy else 1
+
+
+def _gate(readings, max_settle_s=1.0):
+    return noise.MeasurementGate(
+        settle_s=0.0,
+        quiet_window_s=0.02,
+        max_settle_s=max_settle_s,
+        cores_free=lambda w: noise.cores_free_for(w, sample_s=0.002, reading=readings),
+    )
+
+
+def test_once_a_view_has_drawn_each_timing_waits_until_the_cores_are_seen_free():
+    readings = _Readings(busy=20)
+    gate = _gate(readings)
+    assert gate.settle() == 0.0 and readings.calls == 0  # headless: nothing is read, nothing waits
+    assert gate.begin_draw()
+    gate.end_draw()
+    waited = gate.settle()
+    assert readings.calls > 20 and waited >= 0.02  # past the busy readings, then a whole free window
+    assert (gate.settles, gate.unsettled) == (1, 0) and gate.settled_s == pytest.approx(waited)
+    # a machine that stays busy delays a timing by max_settle_s at most, and says so
+    busy = _gate(_Readings(busy=10**9), max_settle_s=0.1)
+    assert busy.begin_draw()
+    busy.end_draw()
+    t0 = time.monotonic()
+    busy.settle()
+    assert time.monotonic() - t0 < 0.5 and busy.unsettled == 1
+
+
+def test_a_busy_process_is_seen_in_procs_running():
+    assert noise.cores_free_for(0.0) in (True, False)  # one reading, whatever the machine does
+    [hog] = _hogs(1, 30)
+    try:
+        time.sleep(0.2)
+        assert not noise.cores_free_for(0.2)  # the hog is runnable at every sample
+    finally:
+        _stop([hog])
+
+
+def test_the_noise_guard_settles_before_every_local_timing_and_never_for_a_remote_one():
+    gate = _gate(_Readings(busy=0))
+    assert gate.begin_draw()
+    gate.end_draw()
+    guard = noise.NoiseGuard(noise.NoisePolicy(mode="mark"), _ProbeRunner([0.5] * 8), _ProbeBuilder(), print, gate=gate)
+    guard.start()  # the warm-up and the start's readings
+    guard.time("k.so", [], trial=1)
+    assert gate.settles == 1 + noise.NoiseGuard.START_READINGS + 1
+
+    class Remote(_ProbeRunner):
+        measures_locally = False
+
+    gate = _gate(_Readings(busy=0))
+    assert gate.begin_draw()
+    gate.end_draw()
+    noise.NoiseGuard(noise.NoisePolicy(), Remote([0.5]), _ProbeBuilder(), print, gate=gate).time("k.so", [])
+    assert gate.settles == 0
+
+
 class _ProbeRunner:
     """Stands in for the local runner: every run is the probe, at the next latency of a script (ms)."""
 

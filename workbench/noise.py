@@ -250,6 +250,30 @@ PROBE_SHAPES = [(PROBE_N, PROBE_N)] * 3
 # ---------------------------------------------------------------- the session side
 
 
+def _procs_running() -> int:
+    """Threads runnable on the whole machine at this instant (``/proc/stat``'s ``procs_running``), the reader
+    included."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("procs_running"):
+                return int(line.split()[1])
+    return 1
+
+
+def cores_free_for(window_s: float, sample_s: float = 0.005, reading=_procs_running) -> bool:
+    """Whether nothing but the reader was runnable at every sample over ``window_s``.
+
+    Sampled every ``sample_s`` from ``/proc/stat``, so a browser finishing a redraw shows within 5 ms; the
+    tick-sampled CPU accounting (``machine_load``) would need windows ten times longer to see it."""
+    end = time.monotonic() + window_s
+    while True:
+        if reading() > 1:
+            return False
+        if time.monotonic() >= end:
+            return True
+        time.sleep(sample_s)
+
+
 class MeasurementGate:
     """Keeps a live view from drawing while kernels are timed, and timing from starting mid-draw.
 
@@ -257,21 +281,42 @@ class MeasurementGate:
     take a core from the kernel being timed (a live dashboard made timings ~50x noisier). The session
     holds ``timing()`` around each round's timing phase; a view asks ``begin_draw()`` before it sends
     anything and defers its update while timing is under way; timing starts ``settle_s`` after the last
-    draw ended, so the browser has finished rendering it. With no view attached it costs nothing.
+    draw ended. What the browser does with an update arrives later than the kernel sent it, and takes
+    as long as it takes on a loaded machine, so once a view has drawn, each timing also waits (``settle()``,
+    at most ``max_settle_s``) until the cores are seen free for ``quiet_window_s``: the browser's
+    rendering and the server's polls are observed, not assumed to be over. With no view attached it
+    costs nothing.
     """
 
-    def __init__(self, settle_s: float = 0.3):
+    def __init__(
+        self,
+        settle_s: float = 0.3,
+        quiet_window_s: float = 0.03,
+        max_settle_s: float = 1.0,
+        cores_free=cores_free_for,
+    ):
         import threading
 
         self.settle_s = settle_s
+        self.quiet_window_s = quiet_window_s
+        self.max_settle_s = max_settle_s
+        self._cores_free = cores_free
         self._cond = threading.Condition()
         self._timing = 0
         self._drawing = 0
         self._last_draw = 0.0
+        self.settles = 0  # timings that waited for the cores to be free (a view had drawn)
+        self.settled_s = 0.0  # their waits, summed
+        self.unsettled = 0  # timings that began after max_settle_s with the cores still busy
 
     @property
     def timing_now(self) -> bool:
         return self._timing > 0
+
+    @property
+    def watched(self) -> bool:
+        """A view has drawn through this gate: timings settle first."""
+        return self._last_draw > 0.0
 
     def begin_draw(self) -> bool:
         """True (and drawing counted until ``end_draw``) unless a timing phase is under way."""
@@ -307,6 +352,22 @@ class MeasurementGate:
     def timing(self):
         return self
 
+    def settle(self) -> float:
+        """Right before one timing: once a view has drawn, wait until no other thread is runnable for
+        ``quiet_window_s``, at most ``max_settle_s`` (a machine busy for longer is the noise checks' business).
+        Returns the seconds waited."""
+        if not self.watched or self.max_settle_s <= 0:
+            return 0.0
+        t0 = time.monotonic()
+        free = False
+        while not free and time.monotonic() - t0 < self.max_settle_s:
+            free = self._cores_free(self.quiet_window_s)
+        waited = time.monotonic() - t0
+        self.settles += 1
+        self.settled_s += waited
+        self.unsettled += not free
+        return waited
+
     @contextlib.contextmanager
     def suspended(self):
         """Nothing is timed for a while inside a timing phase (paused, waiting for a quiet machine): let views
@@ -340,7 +401,8 @@ class NoiseGuard:
         self.builder = builder
         self.emit = emit
         self.should_stop = should_stop
-        self.watching = policy.enabled and getattr(runner, "measures_locally", False)
+        self.local = getattr(runner, "measures_locally", False)  # over RPC the kernel runs elsewhere
+        self.watching = policy.enabled and self.local
         self.marking_only = False  # a wait timed out: mark, do not wait, until the machine is seen quiet
         self.baseline_ms: float | None = None
         self.readings: list[float] = []  # every probe reading of the session (ms)
@@ -350,6 +412,10 @@ class NoiseGuard:
 
     def _event(self, payload_type, **data) -> None:
         self.emit(payload_type(**data))
+
+    def _settle(self) -> None:
+        if self.local:
+            self.gate.settle()
 
     # ---- the probe
     def start(self) -> None:
@@ -374,6 +440,7 @@ class NoiseGuard:
     def _probe(self, keep: bool = False) -> float | None:
         """One probe reading (ms): the median of ``probe_repeats`` timing windows; ``keep`` adds it to the
         readings the baseline is taken from."""
+        self._settle()
         r = self.runner.run(self._probe_path, PROBE_SHAPES, repeat=self.policy.probe_repeats)
         ms = r.latency_ms
         if keep and ms is not None:
@@ -464,6 +531,7 @@ class NoiseGuard:
     def time(self, path: str, shapes: list, trial: int | None = None, repeat: int | None = None):
         """Time a candidate; returns (RunResult, noisy). A disturbed timing is retaken once the machine is
         quiet (mode "wait") or returned marked (mode "mark")."""
+        self._settle()
         r = self.runner.run(path, shapes, repeat=repeat)
         if not self.watching or r.error_class is not None or not is_noisy(r.reading, self.policy):
             return r, False
@@ -474,6 +542,7 @@ class NoiseGuard:
         self._event(ev.MeasurementNoise, source="timing", state="noisy", **info)
         if not self._wait(f"trial {trial}" if trial else "a timing"):
             return r, True
+        self._settle()
         r2 = self.runner.run(path, shapes, repeat=repeat)
         if r2.error_class is not None:
             return r, True
