@@ -18,7 +18,8 @@ The protocol:
    comparisons all come from one interleaved re-measurement (``al_ansor.py``) passes ``host_drift="record"``:
    a slow host is waited out for a minute, then recorded on the page instead of refused, because a drift
    moves every interleaved program alike (``Protocol``'s docstring). An *unsteady* host (the probe's own
-   repeats spread more than ``MAX_PROBE_SPREAD``) is refused in both modes: no comparison survives it.
+   repeats, less the fastest and the slowest, spread more than ``MAX_PROBE_SPREAD``) is refused in both modes: no
+   comparison survives it.
 2. **One library at a time.** Each library's kernels are timed alone in their own process, the processes one
    after the other; ``quiesce()`` between two of them waits until the previous one's thread pools have
    stopped spinning. Every process that times kernels gets ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS`` and
@@ -53,10 +54,22 @@ if ROOT not in sys.path:
 from workbench import noise  # noqa: E402  (imports no TVM)
 
 EXIT_NOT_QUIET = 3
-# The calibration probe's repeats ((max - min) / median) above which the host is too unsteady for any comparison,
-# interleaved or not: on the project's VM a slow spell read 0.66-1.25 ms with repeats spread 97-118 %, and the
-# interleaved re-measurement taken then spread 150-1450 % per program.
+# The calibration probe's repeats spread above which the host is too unsteady for any comparison, interleaved or
+# not: on the project's VM a slow spell read 0.66-1.25 ms with repeats spread 97-118 %, and the interleaved
+# re-measurement taken then spread 150-1450 % per program. The spread is taken without the fastest and the slowest
+# of the ten repeats (``steady_spread``): one slow 30 ms window (a hypervisor tick) moves no median, and on a VM
+# whose other repeats agree within a few per cent it alone read 30-40 % and refused whole runs.
 MAX_PROBE_SPREAD = 0.25
+
+
+def steady_spread(samples) -> float | None:
+    """(max - min) / median of the repeats less their fastest and slowest one; None for fewer than four."""
+    s = sorted(float(x) for x in samples)
+    if len(s) < 4:
+        return None
+    return noise.spread(s[1:-1])
+
+
 THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -252,6 +265,7 @@ def _probe_here(threads: int) -> dict:
     return {
         "median_ms": round(statistics.median(ms), 5),
         "spread": round(noise.spread(ms), 4),
+        "steady_spread": round(steady_spread(ms), 4),
         "wait_fraction": meter.result["wait_fraction"],
         "other_cores": meter.result["other_cores"],
         "threads": int(threads),
@@ -415,7 +429,7 @@ class Protocol:
                 return {"host_ok": True, "host_stable": True, "probe_ms": None}
             best = self.best_probe_ms = min(self.best_probe_ms or ms, ms)
             drift = ms / best - 1
-            spread = r.get("spread")
+            spread = r.get("steady_spread", r.get("spread"))
             stable = spread is None or spread <= MAX_PROBE_SPREAD
             if (drift <= limit and stable) or time.monotonic() - t0 >= self.host_wait_s:
                 break
@@ -434,7 +448,8 @@ class Protocol:
             return out
         if not stable:
             line = (
-                f"the host is unsteady before {phase}: the calibration probe's repeats spread "
+                f"the host is unsteady before {phase}: the calibration probe's repeats (less the fastest and the "
+                f"slowest) spread "
                 f"{100 * spread:.0f}% (at most {100 * MAX_PROBE_SPREAD:.0f}%; median {ms:.3f} ms, best {best:.3f} ms) "
                 f"for {out['host_waited_s']:.0f} s, with no local process busy (another VM on the same cores?)"
             )
