@@ -28,6 +28,9 @@ per workbench kernel, alone). Every step follows the benchmark protocol (``_quie
 phase (status 3 and one line when the machine is busy; ``--force`` marks the result invalid), the probe before and
 after, every thread pool sized to ``--threads``, medians of ``--repeats`` samples of >= 100 ms with their spread.
 
+``--reuse`` keeps a records store in ``--out`` that already holds a verified best of its workload (an earlier run
+the protocol stopped after tuning) and times it without tuning again; the page names such stores.
+
 Writes ``docs/results/low_precision.md`` and ``low_precision.json`` (``--results``); records stores go to
 ``benchmarks/out/low_precision/`` (``--out``). A bad argument is one line on stderr and exit status 2.
 """
