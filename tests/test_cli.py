@@ -53,6 +53,9 @@ def test_user_mistakes(tmp_path):
     _one_line_error(cli("tune", "--spec", str(bad_shape), "--db", db), "larger than the padded input")
     _one_line_error(cli("tune", "--spec", str(unknown_op), "--db", db), "unknown op 'fft'")
     _one_line_error(cli("tune", "--spec", str(tmp_path / "missing.json"), "--db", db), "does not exist")
+    _one_line_error(cli("tune", str(tmp_path / "missing.json"), "--db", db), "does not exist")
+    _one_line_error(cli("tune", str(bad_json), "--db", db), "is not valid JSON")
+    _one_line_error(cli("tune", str(bad_json), "--spec", str(bad_json), "--db", db), "not both")
     _one_line_error(cli("tune", "matmul-128", "--target", "{not json", "--db", db), "neither 'host' nor valid JSON")
     _one_line_error(cli("tune", "matmul-128", "--target", '{"kind": "cuda"}', "--db", db), "only CPU targets")
     _one_line_error(cli("tune", "matmul-128", "--trials", "-4", "--db", db), "must be at least 1")
@@ -75,8 +78,7 @@ def test_tune_json_show_best(tmp_path):
     db = str(tmp_path / "r.db")
     r = cli(
         "tune",
-        "--spec",
-        str(spec),
+        str(spec),  # a spec file where a workload name goes: as --spec FILE
         "--trials",
         "16",
         "--trials-per-round",

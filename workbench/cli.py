@@ -67,7 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--json", action="store_true")
 
     t = sub.add_parser("tune", help="tune one workload, or a network's layers in one session")
-    t.add_argument("workload", nargs="?", help="a registered workload or network name (see 'workbench workloads')")
+    t.add_argument(
+        "workload",
+        nargs="?",
+        help="a registered workload or network name (see 'workbench workloads'), or a spec file (NAME.json: as --spec)",
+    )
     t.add_argument(
         "--spec",
         help="a JSON file with one workload spec, or a list: all of them are tuned as one "
@@ -254,6 +258,8 @@ def _resolve_tune_workload(args):
 
     if args.spec and args.workload:
         raise WorkbenchError("give either a workload name or --spec FILE, not both")
+    if args.workload and args.workload.endswith(".json"):  # a spec file given where a name goes
+        args.spec, args.workload = args.workload, None
     if args.spec:
         ws = load_spec_file(args.spec)
         if args.pick:
