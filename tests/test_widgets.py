@@ -747,3 +747,19 @@ def test_dashboard_follows_a_session_started_by_user_code():
         assert dash.controls.progress.value == 32 and ">finished<" in dash.controls.status.value
     finally:
         dash.close()
+
+
+def test_throughput_is_counted_in_gops_for_an_int8_workload(demo_events):
+    from workbench.dtypes import rate_unit, spec_rate_unit
+    from workbench.events import Event
+
+    assert rate_unit(None) == rate_unit("float32") == rate_unit("bfloat16") == "GFLOPS" and rate_unit("int8") == "GOPS"
+    assert spec_rate_unit([{"dtype": "int8"}, {}]) == "GFLOPS" and spec_rate_unit([{"dtype": "int8"}]) == "GOPS"
+    dash = fed_dashboard(demo_events)
+    assert dash.throughput.fig.layout.yaxis.title.text == "GFLOPS" and " GFLOPS (" in dash.controls.status.value
+    first = demo_events[0]
+    assert first.kind == "session_started"
+    spec = dict(first.data["spec"], dtype="int8")
+    int8 = Event(first.kind, first.session_id, first.time, first.elapsed, dict(first.data, spec=spec), first.id)
+    dash = fed_dashboard([int8, *demo_events[1:]])
+    assert dash.throughput.fig.layout.yaxis.title.text == "GOPS" and " GOPS (" in dash.controls.status.value

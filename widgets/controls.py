@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipywidgets as W
 
+from workbench.dtypes import spec_rate_unit
 from workbench.layouts import STRATEGIES
 from workbench.presets import PRESETS
 
@@ -167,7 +168,7 @@ class ControlsView:
             parts.append(f"tuned by another process (pid {esc(writer)})")
         if best:
             parts.append(
-                f"best {fmt(best['gflops'], '.1f')} GFLOPS ({fmt(best['latency_ms'], '.4f')} ms, "
+                f"best {fmt(best['gflops'], '.1f')} {spec_rate_unit(model.spec)} ({fmt(best['latency_ms'], '.4f')} ms, "
                 f"{esc(best['strategy'])})"
             )
         naive, best_ms = model.naive_latency_ms, best and best.get("latency_ms")

@@ -1,9 +1,11 @@
-"""Best-so-far GFLOPS per layout strategy, against trial number and against wall time."""
+"""Best-so-far GFLOPS (GOPS for int8 workloads) per layout strategy, against trial number and against wall time."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from workbench.dtypes import spec_rate_unit
 
 from .common import candidate_text, color_of, label
 from .model import RECORDS, SESSION
@@ -110,6 +112,10 @@ class ThroughputView:
         self._ids = [[] for _ in self.fig.data]
 
     def refresh(self, model, changes: set) -> None:
+        if SESSION in changes:
+            unit = spec_rate_unit(model.spec)
+            if self.fig.layout.yaxis.title.text != unit:
+                self.fig.update_yaxes(title_text=unit, row=1, col=1)
         if SESSION in changes and model.strategies != self._strategies:
             self._build_traces(model.strategies)
         if not (changes & {RECORDS, SESSION}) or not self._strategies:

@@ -15,6 +15,7 @@ import sqlite3
 import sys
 
 from .cost_model import COST_MODELS
+from .dtypes import rate_unit
 from .errors import WorkbenchError
 from .events import EventKind as K
 from .noise import describe as noise_line
@@ -339,6 +340,7 @@ def cmd_tune(args) -> int:
             **overrides,
         )
 
+    unit = rate_unit(session.workload.dtype)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -354,7 +356,7 @@ def cmd_tune(args) -> int:
             elif e.kind == K.CANDIDATE_MEASURED:
                 bar.update(1)
                 if session.best:
-                    bar.set_postfix(best=f"{session.best['gflops']:.1f} GFLOPS", strategy=session.best["strategy"])
+                    bar.set_postfix(best=f"{session.best['gflops']:.1f} {unit}", strategy=session.best["strategy"])
             elif e.kind in (K.PAUSED, K.RESUMED, K.STOPPED, K.FAILED):
                 bar.write(f"[{e.kind}] {e.data.get('message', '')}".rstrip())
             elif e.kind == K.MEASUREMENT_NOISE:
@@ -366,7 +368,7 @@ def cmd_tune(args) -> int:
     if args.json:
         print(json.dumps(summ))
     else:
-        _print_summary(summ)
+        _print_summary(summ, unit)
     return 0 if session.status == "finished" else 130
 
 
@@ -460,12 +462,12 @@ def _fmt(x, unit=""):
     return "-" if x is None else f"{x:.4g}{unit}"
 
 
-def _print_summary(s):
+def _print_summary(s, unit: str = "GFLOPS"):
     print(f"workload      {s['workload']}  (session {s['session_id']}, {s['status']})")
     print(f"trials        {s['trials']} measured, {s['errors']} errors, {s['tuning_seconds']:.1f} s")
     print(f"naive         {_fmt(s['naive_latency_ms'], ' ms')}")
     print(
-        f"best          {_fmt(s['best_latency_ms'], ' ms')}  {_fmt(s['best_gflops'], ' GFLOPS')}  "
+        f"best          {_fmt(s['best_latency_ms'], ' ms')}  {_fmt(s['best_gflops'], ' ' + unit)}  "
         f"strategy {s['best_strategy']}  verified {s['verified']}  speedup {_fmt(s['speedup_vs_naive'], 'x')}"
     )
     for name, st in s["strategies"].items():
@@ -539,7 +541,7 @@ def cmd_best(args) -> int:
         print(json.dumps(out))
         return 0
     print(
-        f"# {w.name}: {b['latency_ms']:.4g} ms, {b['gflops']:.4g} GFLOPS, strategy {b['strategy']}, "
+        f"# {w.name}: {b['latency_ms']:.4g} ms, {b['gflops']:.4g} {rate_unit(w.dtype)}, strategy {b['strategy']}, "
         f"record {b['id']}, verified {bool(b['verified'])}"
     )
     if out["tensor_intrinsics"]:

@@ -121,6 +121,22 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return np.dtype(dtype)
 
 
+def rate_unit(dtype: str | None) -> str:
+    """The unit of a workload's throughput as shown: GOPS for integer arithmetic (int8), GFLOPS otherwise. The
+    figure is the same either way (2 x multiply-adds per second; the API's ``gflops`` keys keep their name)."""
+    return "GOPS" if isinstance(dtype, str) and get(dtype).exact else "GFLOPS"
+
+
+def spec_rate_unit(spec) -> str:
+    """``rate_unit`` of a stored workload spec (float32 specs carry no dtype; a network's list of specs counts in
+    GFLOPS unless every layer is integer)."""
+    if isinstance(spec, dict):
+        return rate_unit(spec.get("dtype"))
+    if isinstance(spec, list) and spec and all(rate_unit((s or {}).get("dtype")) == "GOPS" for s in spec):
+        return "GOPS"
+    return "GFLOPS"
+
+
 def is_integer(dtype) -> bool:
     return np.issubdtype(numpy_dtype(str(dtype)) if isinstance(dtype, str) else np.dtype(dtype), np.integer)
 
