@@ -97,6 +97,16 @@ def set_up_and_time(argv, setup: dict, threads: int, repeats: int, cwd: str) -> 
 SELF_CHECK_TOLERANCE = 0.05
 
 
+def pool_timed(timed: dict, samples: dict, readings: dict) -> None:
+    """Add one timing process's results (``set_up_and_time``'s second value) to ``samples`` pooled over passes,
+    keeping each kernel's worst noise reading in ``readings``."""
+    for k, v in timed.items():
+        samples.setdefault(k, []).extend(v["samples"])
+        r = readings.setdefault(k, {"wait_fraction": 0.0, "other_cores": 0.0})
+        r["wait_fraction"] = max(r["wait_fraction"], v["wait_fraction"])
+        r["other_cores"] = max(r["other_cores"], v["other_cores"])
+
+
 def standalone_self_check(kernels: list[dict], threads: int, cwd: str, tolerance: float = SELF_CHECK_TOLERANCE) -> list:
     """Each published kernel timed again by the user's own command, alone: ``workbench best DB WORKLOAD --time``
     in a fresh process per kernel, ``threads`` everywhere. ``kernels``: dicts with ``db``, ``workload`` and

@@ -404,11 +404,7 @@ def run(args) -> dict:
             log(f"{what}: {args.repeats} samples per kernel, alone in its own process")
             info, timed = _quiet.set_up_and_time(argv, setup, threads, args.repeats, ROOT)
             setups[lib] = info
-            for k, v in timed.items():
-                samples.setdefault(k, []).extend(v["samples"])
-                r = readings.setdefault(k, {"wait_fraction": 0.0, "other_cores": 0.0})
-                r["wait_fraction"] = max(r["wait_fraction"], v["wait_fraction"])
-                r["other_cores"] = max(r["other_cores"], v["other_cores"])
+            _quiet.pool_timed(timed, samples, readings)
     protocol.probe("after timing")
     checks = dict(setups.pop("workbench"))
     for lib, info in setups.items():

@@ -226,11 +226,7 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol,
                 result["torch"] = info
             else:
                 result["verification"].update(info)
-            for k, v in timed.items():
-                samples.setdefault(k, []).extend(v["samples"])
-                r = readings.setdefault(k, {"wait_fraction": 0.0, "other_cores": 0.0})
-                r["wait_fraction"] = max(r["wait_fraction"], v["wait_fraction"])
-                r["other_cores"] = max(r["other_cores"], v["other_cores"])
+            _quiet.pool_timed(timed, samples, readings)
     protocol.probe("after timing")
     result["samples"] = samples
     result["timing_readings"] = readings
