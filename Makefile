@@ -50,6 +50,7 @@ lab: $(STAMP) $(LAB_DEFAULTS)
 	  --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks/01_quickstart.ipynb \
 	  $(LAB_ARGS) notebooks/01_quickstart.ipynb
 
+# `make test` also makes .venv-torch (torch-env, below): the low-precision benchmark's PyTorch worker is tested there.
 # The browser test drives Debian's Chromium (Playwright cannot download browsers on the project's machines), so
 # `make test` installs chromium when /usr/bin/chromium is missing (apt-get, through sudo unless root). Without
 # apt-get it says so and goes on; the browser test then fails, naming what to install.
@@ -66,7 +67,7 @@ $(CHROMIUM):
 	  echo "NOTE: no apt-get here: install Chromium as $(CHROMIUM) yourself, the browser test needs it"; \
 	fi
 
-test: $(STAMP) chromium $(LAB_DEFAULTS)
+test: $(STAMP) chromium $(LAB_DEFAULTS) torch-env
 	$(BIN)/ruff check workbench widgets tests benchmarks
 	$(BIN)/ruff format --check workbench widgets tests benchmarks
 	$(BIN)/python -m pytest -q -ra --durations=15
