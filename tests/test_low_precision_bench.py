@@ -290,7 +290,10 @@ def test_report_only_rewrites_the_page_from_the_json(tmp_path):
     assert "# Low precision against PyTorch" in open(tmp_path / "low_precision.md").read()
 
 
-@pytest.mark.skipif(not os.path.exists(TORCH_PYTHON), reason="torch could not be installed into .venv-torch: `make torch-env` prints why")
+@pytest.mark.skipif(
+    not os.path.exists(TORCH_PYTHON),
+    reason="torch could not be installed into .venv-torch: `make torch-env` prints why",
+)
 def test_pytorch_worker_runs_and_checks_each_op_on_tiny_shapes():
     conv = dict(kind="conv2d", ci=16, co=32, h=6, w=6, k=3, stride=1, pad=1, bias=True, relu=True)
     lin = dict(kind="linear", m=4, n=32, k=64, bias=True, relu=False)
