@@ -403,6 +403,19 @@ def test_an_unsteady_host_is_refused_even_when_drift_is_only_recorded(monkeypatc
     steady = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0.0)
     steady._probe_once = lambda: {"median_ms": 0.9, "spread": 0.05}  # slow but steady: recorded
     assert steady.phase("start")["quiet"] is True
+    # a long wait is spent on an unsteady host only: a steady, slow one goes on after RECORD_DRIFT_WAIT_S
+    clock = {"t": 0.0}
+    monkeypatch.setattr(_quiet.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(_quiet.time, "sleep", lambda s: clock.__setitem__("t", clock["t"] + s))
+    patient = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=600.0)
+    readings = iter([{"median_ms": 0.9, "spread": 0.9}] * 3 + [{"median_ms": 0.9, "spread": 0.05}] * 100)
+    patient._probe_once = lambda: next(readings)
+    r = patient.phase("start")
+    assert r["quiet"] is True and r["host_ok"] is False
+    assert _quiet.RECORD_DRIFT_WAIT_S <= r["host_waited_s"] <= _quiet.RECORD_DRIFT_WAIT_S + 10
+    unsteady = _quiet.Protocol("test", 2, force=True, seconds=0.01, reference=ref, host_drift="record", host_wait_s=600)
+    unsteady._probe_once = lambda: {"median_ms": 0.9, "spread": 0.9}
+    assert unsteady.phase("start")["host_waited_s"] >= 600  # the whole wait, then refused (here forced)
 
 
 def test_one_slow_probe_window_does_not_make_a_host_unsteady(monkeypatch, tmp_path):
