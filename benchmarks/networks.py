@@ -412,7 +412,10 @@ def markdown(result: dict) -> str:
         f"*matches*: the output within {TOLERANCE['float32']:g} (int8: {TOLERANCE['int8']:g}) x max(1, max |output|) "
         "of PyTorch's first mode's output on the same input. *tuning* is the search's wall time up to the checkpoint (the checkpoints' own compile and timing "
         "excluded); *estimated* is the session's sum of calls x best task latency (a task without a tuned "
-        "program counts with its unscheduled build as the session timed it).",
+        "program counts with its unscheduled build as the session timed it). A checkpoint row's *vs PyTorch* divides "
+        "by PyTorch's latency timed before the tuning, minutes to an hour earlier: on a host whose speed drifts it "
+        "is indicative only. The goal is judged on the side-by-side table after the tuning, where both sides meet "
+        "the same drift; its per-pass ratios show how much one pass would have said.",
         "",
     ]
     for name in result["networks_order"]:
@@ -466,7 +469,10 @@ def markdown(result: dict) -> str:
         if e.get("complete") and e.get("checkpoints"):
             last = e["checkpoints"][-1]
             speedup = fin["speedup_vs_torch_best"] if fin else last["speedup_vs_torch_best"]
-            how = "side by side" if fin else "at the checkpoint"
+            how = "at the checkpoint"
+            if fin:
+                per_pass = [t / v for t, v in zip(fin["torch"]["pass_medians_ms"], fin["tvm"]["pass_medians_ms"])]
+                how = "side by side, per pass " + ", ".join(f"{r:.2f}x" for r in per_pass)
             if e.get("dtype") == "int8":
                 L += [
                     f"After {last['trials']} trials: {speedup:.2f}x PyTorch's quantized backend ({how}; "
