@@ -600,8 +600,8 @@ def summary_markdown(s: dict | None) -> str:
                 f'; the host\'s own speed was recorded, not required (`host_drift="record"`): calibration probe '
                 f"{min(readings):.3f}-{max(readings):.3f} ms before the phases (best on this machine "
                 f"{s.get('probe_best_ms') or min(readings):.3f} ms), {len(slow)} of {len(checks)} phases began with "
-                f"the host more than {100 * pol.max_probe_drift:.0f}% slower than its best; every comparison on this "
-                "page comes from one interleaved re-measurement"
+                f"the host more than {100 * pol.max_probe_drift:.0f}% slower than its best; the page's headline "
+                "comparisons are timed side by side (interleaved or alternating), so a drift moves both sides alike"
             )
     elif s.get("valid"):
         verdict = (
