@@ -137,7 +137,9 @@ def standalone_self_check(kernels: list[dict], threads: int, cwd: str, tolerance
     return rows
 
 
-def self_check_markdown(rows: list, tolerance: float = SELF_CHECK_TOLERANCE) -> str:
+def self_check_markdown(
+    rows: list, tolerance: float = SELF_CHECK_TOLERANCE, what: str = "Each workbench kernel of the table"
+) -> str:
     """The self-check's table and its verdict, for a results page."""
     if not rows:
         return ""
@@ -145,7 +147,7 @@ def self_check_markdown(rows: list, tolerance: float = SELF_CHECK_TOLERANCE) -> 
     L = [
         "## Standalone self-check",
         "",
-        f"Each workbench kernel of the table timed again alone by the user's command (`{rows[0]['command']}` and "
+        f"{what} timed again alone by the user's command (`{rows[0]['command']}` and "
         f"the same for every row, a fresh process each, nothing else running): **{ok}/{len(rows)} within "
         f"{100 * tolerance:.0f} % of the table**.",
         "",
@@ -386,7 +388,8 @@ class Protocol:
     makes it invalid. ``"record"`` (for scripts whose published comparisons all come from one interleaved
     re-measurement, where a drift slower than one repeat moves every program alike): waited out for up to
     ``RECORD_DRIFT_WAIT_S`` (an unsteady probe: up to ``host_wait_s``), then the run goes on; each reading is kept
-    and shown on the page, and validity rests on the local quiet checks and the probe's steadiness. Absolute figures of a "record" run carry the probe readings beside them.
+    and shown on the page, and validity rests on the local quiet checks and the probe's steadiness. Absolute
+    figures of a "record" run carry the probe readings beside them.
     """
 
     def __init__(
@@ -448,9 +451,8 @@ class Protocol:
             spread = r.get("steady_spread", r.get("spread"))
             stable = spread is None or spread <= MAX_PROBE_SPREAD
             waited = time.monotonic() - t0
-            if (drift <= limit and stable) or waited >= self.host_wait_s:
-                break
-            if stable and self.host_drift == "record" and waited >= RECORD_DRIFT_WAIT_S:
+            drift_done = drift <= limit or (self.host_drift == "record" and waited >= RECORD_DRIFT_WAIT_S)
+            if (stable and drift_done) or waited >= self.host_wait_s:
                 break
             time.sleep(10)
         out = {

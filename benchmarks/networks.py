@@ -179,19 +179,21 @@ def time_in_process(argv, setup: dict, threads: int, repeats: int, protocol, pha
     )
 
 
-def _tvm_argv(threads: int) -> list:
-    return [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
+def tvm_side(files: dict, target: dict, db_dir, threads: int) -> tuple[list, dict]:
+    """(argv, setup) of the TVM timing process for the model compiled with the database in ``db_dir`` (None:
+    untuned)."""
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", str(threads)]
+    return argv, {"weights": files["weights"], "input": files["input"], "target": target, "db": db_dir}
+
+
+def torch_side(files: dict, mode: str, args) -> tuple[list, dict]:
+    """(argv, setup) of the PyTorch timing process (in torch's own environment) for one of its modes."""
+    argv = [args.torch_python, os.path.join(HERE, "_torch_networks.py"), str(args.threads)]
+    return argv, {"weights": files["weights"], "input": files["input"], "mode": mode}
 
 
 def time_tvm(net_dir, files, db_dir, target, threads, repeats, protocol, phase) -> dict:
-    r = time_in_process(
-        _tvm_argv(threads),
-        {"weights": files["weights"], "input": files["input"], "target": target, "db": db_dir},
-        threads,
-        repeats,
-        protocol,
-        phase,
-    )
+    r = time_in_process(*tvm_side(files, target, db_dir, threads), threads, repeats, protocol, phase)
     out = r.pop("output")
     with open(os.path.join(net_dir, f"output-{os.path.basename(db_dir) if db_dir else 'untuned'}.json"), "w") as f:
         json.dump(out, f)
@@ -200,6 +202,18 @@ def time_tvm(net_dir, files, db_dir, target, threads, repeats, protocol, phase) 
 
 
 # ---------------------------------------------------------------- one network
+
+
+def checkpoint_db(net_dir: str, trials: int) -> str:
+    """Where the MetaSchedule database of the checkpoint at ``trials`` is kept."""
+    return os.path.join(net_dir, f"db-{trials}")
+
+
+def network_files(net_dir: str) -> dict:
+    return {
+        "weights": os.path.join(net_dir, "weights.safetensors"),
+        "input": os.path.join(net_dir, "input.safetensors"),
+    }
 
 
 def run_network(name: str, args, target: dict, protocol, save) -> dict:
@@ -213,10 +227,7 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
     os.makedirs(net_dir)
     arch, dtype = split_name(name)
     model = (rm.INT8_MODELS if dtype == "int8" else rm.MODELS)[arch](image=args.image, seed=args.seed)
-    files = {
-        "weights": os.path.join(net_dir, "weights.safetensors"),
-        "input": os.path.join(net_dir, "input.safetensors"),
-    }
+    files = network_files(net_dir)
     rm.save_weights(model, files["weights"])
     rm.save_tensors(files["input"], {"x": model.example_input(args.seed + 7)})
     tasks = rm.extract(model, target)
@@ -234,12 +245,10 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
     save(name, entry)
 
     # PyTorch first: its first mode's output is the reference every TVM build is checked against.
-    torch_argv = [args.torch_python, os.path.join(HERE, "_torch_networks.py"), str(args.threads)]
     modes = TORCH_MODES[dtype]
     for mode in modes:
         r = time_in_process(
-            torch_argv,
-            {"weights": files["weights"], "input": files["input"], "mode": mode},
+            *torch_side(files, mode, args),
             args.threads,
             args.repeats,
             protocol,
@@ -275,6 +284,7 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
     log(f"{name}: {len(tasks)} tasks, one session to {args.budgets[-1]} trials")
     pending = list(args.budgets)
     held = {"seconds": 0.0}
+    db_dirs: list = []  # the database of each budget's checkpoint
     failure: list = []
     net = NetworkSession(
         tasks,
@@ -290,9 +300,10 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
 
     def at_budget(trials_done: int) -> None:
         t0 = time.time()
-        db_dir = os.path.join(net_dir, f"db-{trials_done}")
+        db_dir = checkpoint_db(net_dir, trials_done)
         os.makedirs(db_dir, exist_ok=True)
         rm.database(net.store, tasks, target, work_dir=db_dir)
+        db_dirs.append(db_dir)
         checkpoint(trials_done, t0 - t_start - held["seconds"], net.estimated_latency_ms(), db_dir)
         held["seconds"] += time.time() - t0
 
@@ -322,10 +333,7 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
     }
     entry["tuning_wall_s"] = round(time.time() - t_start - held["seconds"], 1)
     save(name, entry)
-    last = entry["checkpoints"][-1]
-    entry["final"] = final_comparison(
-        name, files, os.path.join(net_dir, f"db-{last['trials']}"), target, entry, args, protocol
-    )
+    entry["final"] = final_comparison(name, files, db_dirs[-1], target, entry, args, protocol)
     entry["complete"] = True
     save(name, entry)
     return entry
@@ -337,11 +345,7 @@ def final_comparison(name, files, db_dir, target, entry, args, protocol) -> dict
     per side. The checkpoints were timed minutes apart, and this host's speed drifts between minutes; here both
     sides meet every drift alike."""
     mode = entry["torch_best"]["mode"]
-    torch_argv = [args.torch_python, os.path.join(HERE, "_torch_networks.py"), str(args.threads)]
-    sides = {
-        "torch": (torch_argv, {"weights": files["weights"], "input": files["input"], "mode": mode}),
-        "tvm": (_tvm_argv(args.threads), {**files, "target": target, "db": db_dir}),
-    }
+    sides = {"torch": torch_side(files, mode, args), "tvm": tvm_side(files, target, db_dir, args.threads)}
     samples: dict = {"torch": [], "tvm": []}
     pass_medians: dict = {"torch": [], "tvm": []}
     order = ["torch", "tvm"]
@@ -371,6 +375,45 @@ def final_comparison(name, files, db_dir, target, entry, args, protocol) -> dict
         f"{out['torch']['latency_ms']:.3f} ms: {out['speedup_vs_torch_best']:.2f}x"
     )
     return out
+
+
+def self_check(result: dict, args, protocol) -> list:
+    """Each figure of the side-by-side tables timed again, alone, in a fresh process, after the run: the tuned
+    model from its stored database and PyTorch's best mode from the same weights. Rows as
+    ``_quiet.self_check_markdown`` reads them."""
+    rows = []
+    for name in result["networks_order"]:
+        e = result["networks"].get(name) or {}
+        fin = e.get("final")
+        if not fin:
+            continue
+        net_dir = os.path.join(args.out, name)
+        files, trials = network_files(net_dir), e["checkpoints"][-1]["trials"]
+        sides = (
+            (
+                "tvm",
+                f"{name}: TVM, {trials} trials",
+                tvm_side(files, result["target"], checkpoint_db(net_dir, trials), args.threads),
+            ),
+            ("torch", f"{name}: PyTorch {fin['torch_mode']}", torch_side(files, fin["torch_mode"], args)),
+        )
+        for side, label, (argv, setup) in sides:
+            r = time_in_process(argv, setup, args.threads, args.repeats, protocol, f"self-check: {label}")
+            table = fin[side]["latency_ms"]
+            ratio = r["latency_ms"] / table
+            rows.append(
+                {
+                    "workload": label,
+                    "table_ms": table,
+                    "standalone_ms": r["latency_ms"],
+                    "spread": r["spread_pct"] / 100,
+                    "ratio": ratio,
+                    "agrees": abs(ratio - 1.0) <= _quiet.SELF_CHECK_TOLERANCE,
+                    "command": f"python benchmarks/networks.py --self-check --threads {args.threads}",
+                }
+            )
+            log(f"  self-check {label}: {r['latency_ms']:.3f} ms, {ratio:.3f}x the table's {table:.3f} ms")
+    return rows
 
 
 # ---------------------------------------------------------------- the page
@@ -488,6 +531,13 @@ def markdown(result: dict) -> str:
                     f"{e.get('tuning_wall_s', 0) / 60:.0f} min of tuning).",
                     "",
                 ]
+    if result.get("self_check"):
+        L += [
+            _quiet.self_check_markdown(
+                result["self_check"]["rows"], what="Each latency of the side-by-side tables (TVM's and PyTorch's)"
+            ),
+            _quiet.summary_markdown(result["self_check"]["protocol"]),
+        ]
     return "\n".join(L) + "\n"
 
 
@@ -539,6 +589,11 @@ def main(argv=None) -> None:
     ap.add_argument("--passes", type=int, default=3, help="side-by-side passes of the final TVM vs PyTorch timing")
     ap.add_argument("--report-only", action="store_true", help="rewrite networks.md from networks.json")
     ap.add_argument(
+        "--self-check",
+        action="store_true",
+        help="time each side-by-side figure of networks.json again, alone (the stores in --out), and add it to the page",
+    )
+    ap.add_argument(
         "--probe-reference",
         default=_quiet.REFERENCE,
         help="the file with the fastest calibration probe reading on this machine (default: the protocol's)",
@@ -547,6 +602,19 @@ def main(argv=None) -> None:
     if args.report_only:
         with open(os.path.join(args.results, "networks.json")) as f:
             write_report(json.load(f), args.results)
+        return
+    if args.self_check:
+        with open(os.path.join(args.results, "networks.json")) as f:
+            result = json.load(f)
+        _quiet.set_thread_env(args.threads)
+        protocol = _quiet.Protocol(
+            "networks-self-check", args.threads, args.force, reference=args.probe_reference, host_drift=args.host_drift
+        )
+        protocol.start()
+        rows = self_check(result, args, protocol)
+        protocol.finish()
+        result["self_check"] = {"rows": rows, "protocol": protocol.summary()}
+        write_report(result, args.results)
         return
     args.budgets = parse_budgets(args.budgets)
     if args.passes < 1:
