@@ -532,12 +532,15 @@ def markdown(result: dict) -> str:
                     "",
                 ]
     if result.get("self_check"):
-        L += [
-            _quiet.self_check_markdown(
-                result["self_check"]["rows"], what="Each latency of the side-by-side tables (TVM's and PyTorch's)"
-            ),
-            _quiet.summary_markdown(result["self_check"]["protocol"]),
-        ]
+        rows = result["self_check"]["rows"]
+        L.append(_quiet.self_check_markdown(rows, what="Each latency of the side-by-side tables (TVM's and PyTorch's)"))
+        by_net: dict = {}
+        for r in rows:
+            by_net.setdefault(r["workload"].split(":")[0], []).append(r["standalone_ms"])
+        ratios = [f"{n} {ms[1] / ms[0]:.2f}x" for n, ms in by_net.items() if len(ms) == 2]
+        if ratios:
+            L += [f"PyTorch / TVM from the standalone re-times: {', '.join(ratios)}.", ""]
+        L.append(_quiet.summary_markdown(result["self_check"]["protocol"]))
     return "\n".join(L) + "\n"
 
 

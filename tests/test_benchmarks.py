@@ -890,13 +890,15 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
         "networks": {"resnet18": net, "mobilenet_v2": dict(slow, config={"arch": "mobilenet_v2"})},
     }
     row = {"workload": "resnet18: TVM, 500 trials", "table_ms": 2.0, "standalone_ms": 2.3, "spread": 0.04}
-    res["self_check"] = {"rows": [dict(row, ratio=1.15, agrees=False, command="networks.py --self-check")]}
+    torch_row = dict(row, workload="resnet18: PyTorch jit-frozen", standalone_ms=2.53, ratio=1.2, agrees=False)
+    res["self_check"] = {"rows": [dict(row, ratio=1.15, agrees=False, command="networks.py --self-check"), torch_row]}
     res["self_check"]["protocol"] = None
     nw.write_report(res, str(tmp_path))
     md = open(tmp_path / "networks.md").read()
     assert "Each latency of the side-by-side tables (TVM's and PyTorch's) timed again alone" in md
+    assert "PyTorch / TVM from the standalone re-times: resnet18 1.10x." in md
     assert (
-        "**0/1 within 5 % of the table**" in md
+        "**0/2 within 5 % of the table**" in md
         and "| resnet18: TVM, 500 trials | 2 | 2.3 (4 %) | 1.150 | **no** |" in md
     )
     assert json.load(open(tmp_path / "networks.json"))["networks"]["resnet18"]["torch_best"]["mode"] == "jit-frozen"
