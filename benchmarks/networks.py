@@ -9,7 +9,7 @@ For each network (batch 1, float32, random weights drawn from ``--seed``; ``work
 1. the weights and one input are written in the safetensors layout (``relax_model.save_weights``), so PyTorch
    builds the identical network (``_torch_networks.py``, in torch's own environment ``.venv-torch``; torch never
    enters the workbench's);
-2. the untuned baseline: ``compile_relax`` with an empty database (TVM's default lowering of every function);
+2. the untuned baseline: ``relax_model.build`` with an empty database (TVM's default lowering of every function);
 3. ONE ``NetworkSession`` (quick preset, ``no-rewrite``, the gradient task scheduler) over every extracted
    task, run to the largest budget; when it reaches each budget of ``--budgets`` it is held (the tuning
    thread waits) while the best verified record of every task goes into a MetaSchedule database, the whole
@@ -128,10 +128,9 @@ def _worker_setup(msg):
     config, weights = rm.load_weights(msg["weights"])
     model = rm.from_config(config, weights)
     _, inputs = rm.load_tensors(msg["input"])
-    target = tvm_env.make_target(msg["target"])
     db = ms.database.JSONDatabase(work_dir=msg["db"]) if msg.get("db") else ms.database.MemoryDatabase()
     t0 = time.time()
-    ex = ms.relax_integration.compile_relax(db, model.mod, target, None)
+    ex = rm.build(model, db, msg["target"])
     compile_s = time.time() - t0
     dev = tvm.cpu()
     vm = relax.VirtualMachine(ex, dev)
@@ -234,6 +233,7 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
     entry = {
         "config": model.config,
         "dtype": dtype,
+        "strategy": args.strategy,
         "tasks": len(tasks),
         "task_calls": sum(t.weight for t in tasks),
         "gflop": sum(t.weight * t.flops for t in tasks) / 1e9,
@@ -447,7 +447,8 @@ def markdown(result: dict) -> str:
         "(`benchmarks/_torch_networks.py`, loaded from the Relax model's weights with `strict=True`). One "
         "`NetworkSession` tunes every extracted task under the gradient task scheduler; at each budget the search "
         "is held while the best verified record of every task is compiled into the whole model "
-        "(`compile_relax`) and timed end to end in a fresh process. PyTorch's two best CPU modes (eager with "
+        "(`relax_model.build`: MetaSchedule's `compile_relax` preparation, and a weight layout rewrite of a tuned "
+        "schedule folded into the constants) and timed end to end in a fresh process. PyTorch's two best CPU modes (eager with "
         "channels_last; `torch.jit.trace` + `freeze` + `optimize_for_inference`; for int8 its quantized backend "
         "with the same int8 parameters, engines x86 and fbgemm) are timed in their own processes. "
         f"Latencies are medians of {result['repeats']} samples (each >= 100 ms of calls), with their spread "
@@ -469,7 +470,8 @@ def markdown(result: dict) -> str:
         L += [f"## {name} ({e.get('dtype', 'float32')})", ""]
         L.append(
             f"{e['tasks']} tasks ({e['task_calls']} calls, {e['gflop']:.2f} GFLOP per inference); "
-            f"config `{json.dumps(cfg)}`" + ("" if e.get("complete") else " — **incomplete (interrupted)**")
+            f"config `{json.dumps(cfg)}`; weights' layout strategy `{e.get('strategy', 'no-rewrite')}`"
+            + ("" if e.get("complete") else " — **incomplete (interrupted)**")
         )
         L.append("")
         if e.get("torch"):
@@ -567,7 +569,12 @@ def main(argv=None) -> None:
     ap.add_argument("--image", type=int, default=224, help="input height and width (a small one for a smoke run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=10, help="samples per timing (each >= 100 ms of calls)")
-    ap.add_argument("--strategy", default="no-rewrite")
+    ap.add_argument(
+        "--strategy",
+        default="no-rewrite",
+        help="every task's weight layout strategy (default no-rewrite; pre-transformed / packed rewrite the "
+        "weights once, folded into the compiled model)",
+    )
     ap.add_argument("--trials-per-round", type=int, default=None)
     ap.add_argument("--threads", type=int, default=_quiet.available_cores())
     ap.add_argument("--torch-python", default=os.path.join(ROOT, ".venv-torch", "bin", "python"))

@@ -22,13 +22,35 @@ def test_extraction_finds_resnet_tasks_with_multiplicities():
     assert sum(t.weight for t in tasks if t.task_name.startswith("fused_conv2d")) == 2 * 2 * 2 + 1 + 1
     assert tasks == sorted(tasks, key=lambda t: -t.weight * t.flops)
     assert tasks[0].class_key == "relax:fused_conv2d_add_relu"
+
+
+def test_a_tasks_weights_are_the_parameters_fed_from_bound_weights():
+    """A conv task's layout-free parameters are its weight and folded-BN bias, never its activations (the data
+    input, a residual): so every layout strategy applies to it, and only the weights are rewritten."""
+    from workbench import layouts
+
+    m = rm.resnet18(image=32, width=8, classes=10, stages=2)
+    shapes = {tuple(v.shape) for v in m.weights.values()}
+    convs = [t for t in rm.extract(m) if t.task_name.startswith("fused_conv2d")]
+    residual = [t for t in convs if t.task_name.count("add") >= 2]
+    assert convs and residual
+    for t in convs:
+        w = t.weight_indices
+        weight, bias = (t.arg_shapes[i] for i in w)  # OIHW weight, folded-BN bias (1, O, 1, 1)
+        assert weight in shapes and bias == (1, weight[0], 1, 1), t.describe()
+        assert 0 not in w and len(t.arg_shapes) - 1 not in w  # the data input and the output
+        assert layouts.parse_strategies("pre-transformed,packed", t) == ["pre-transformed", "packed"]
+    assert all(len(t.arg_shapes) - 2 not in t.weight_indices for t in residual)  # the skip input is data
+    pool = next(t for t in rm.extract(m) if t.task_name == "max_pool2d")
+    assert pool.weight_indices == [] and layouts.parse_strategies("pre-transformed", pool) == ["no-rewrite"]
     with pytest.raises(WorkbenchError):
         rm.resnet18(image=8, stages=4)
 
 
 @pytest.mark.slow
 def test_tiny_budget_tunes_compiles_and_matches_untuned(tmp_path):
-    """`workbench model resnet18`: extract, tune the 2 biggest tasks in one session, compile with the records, compare."""
+    """`workbench model resnet18`: extract, tune the 2 biggest tasks in one session (weights pre-transformed),
+    compile with the records, compare; the tuned build reads its weights rewritten at compile time."""
     r = subprocess.run(
         [
             sys.executable,
@@ -48,6 +70,8 @@ def test_tiny_budget_tunes_compiles_and_matches_untuned(tmp_path):
             "8",
             "--trials-per-round",
             "4",
+            "--strategy",
+            "pre-transformed",
             "--db",
             str(tmp_path / "rx.db"),
             "--json",
@@ -65,6 +89,18 @@ def test_tiny_budget_tunes_compiles_and_matches_untuned(tmp_path):
     # the tuned build really used the records: exactly the tuned tasks' functions were scheduled from the database
     # (which build is faster is not asserted: at this budget either can win)
     assert res["applied"] == sorted(w.split(".", 1)[1] for w in res["tuned_tasks"])
+    # each tuned conv's weight rewrite was split off and evaluated on the constants: the model calls the
+    # rewritten kernel and never the rewrite
+    from workbench.store import RecordStore
+
+    m = rm.resnet18(image=32, width=8, stages=2)
+    db, used = rm.database(RecordStore(str(tmp_path / "rx.db"), readonly=True), rm.extract(m))
+    calls = [ln for ln in rm.prepared(m, db)["forward"].script().splitlines() if "R.call_tir(" in ln]
+    assert sorted(used) == sorted(res["tuned_tasks"])
+    assert not [ln for ln in calls if "_weight_prepack" in ln]
+    assert {ln.split("R.call_tir(")[1].split(",")[0] for ln in calls if "_prepacked" in ln} == {
+        w.split(".", 1)[1] + "_prepacked" for w in res["tuned_tasks"]
+    }
     bad = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "model", "resnet18", "--stages", "9", "--db", str(tmp_path / "rx.db")],
         capture_output=True,

@@ -203,7 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="tune only the K tasks with the largest calls x FLOPs (the rest keep TVM's default lowering)",
     )
     m.add_argument("--trials-per-round", type=_positive, default=None)
-    m.add_argument("--strategy", default="no-rewrite")
+    m.add_argument(
+        "--strategy",
+        default="no-rewrite",
+        help="layout strategy of every task's weights (as `tune --strategy`; default no-rewrite): pre-transformed "
+        "and packed rewrite them once, at compile time",
+    )
     m.add_argument("--seed", type=_int, default=0)
     m.add_argument("--db", default="workbench.db")
     m.add_argument("--target", default="host")

@@ -9,16 +9,20 @@ Path (no downloads; random weights):
    bias; the Relax module with the weights bound as constants, and the same
    arrays by name (``RelaxModel.weights``; ``save_weights`` writes them in the
    safetensors layout for a PyTorch copy of the network);
-2. ``extract(...)``: the same preparation as MetaSchedule's ``compile_relax``
+2. ``extract(...)``: the preparation of MetaSchedule's ``compile_relax``
    (library dispatch, LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
    FuseTIR), then ``ms.relax_integration.extract_tasks``: one task per unique
-   fused PrimFunc, with how often the graph calls it as its weight;
+   fused PrimFunc, with how often the graph calls it as its weight; the
+   function's parameters fed from bound weights are its layout-free weights;
 3. the extracted PrimFuncs are tuned directly (``RelaxTask`` wraps one as a
-   workload: its reference is its own unscheduled build) in ONE
+   workload: its reference is its own unscheduled build; its weights are the
+   layout-free parameters, so every layout strategy applies) in ONE
    ``NetworkSession``, under the gradient task scheduler;
 4. ``database(...)``: the best verified record of every tuned task becomes a
-   MetaSchedule database; ``compile_relax`` applies it while compiling the
-   whole model (untuned functions keep TVM's default lowering);
+   MetaSchedule database; ``build`` applies it while compiling the whole model
+   (untuned functions keep TVM's default lowering) and folds the weight
+   rewrites of ``pre-transformed`` / ``packed`` schedules into the constants,
+   as TVM's ``cpu_weight_prepack`` pipeline does;
 5. ``compare(...)``: the tuned and the untuned (``tvm.compile``) builds run on
    the same input; outputs must agree; both end-to-end latencies are reported.
 
@@ -532,12 +536,36 @@ def _fuse(mod, target):
         return seq(mod)
 
 
+def _weight_params(fused) -> dict:
+    """Fused function name -> the indices of its parameters fed from bound weights (Relax constants) at every
+    call: the function's layout-free buffers. (TVM's ``AttachAttrLayoutFreeBuffers`` finds the same but renames
+    every function it marks, which would change the tasks' names and database keys.)"""
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    out: dict = {}
+    for func in fused.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                v = binding.value
+                if not (isinstance(v, relax.Call) and v.op.same_as(call_tir)):
+                    continue
+                name = v.args[0].name_hint
+                const = {i for i, a in enumerate(v.args[1].fields) if isinstance(a, tvm.ir.Constant)}
+                out[name] = out[name] & const if name in out else const
+    return {k: sorted(v) for k, v in out.items()}
+
+
 @dataclass
 class RelaxTask(Workload):
     """An extracted fused PrimFunc as a workload; verified against its own unscheduled build."""
 
-    task_mod: object = None
+    task_mod: object = None  # tuned: the fused PrimFunc with its weights marked layout-free
     task_name: str = ""
+    compile_mod: object = None  # the fused PrimFunc as the compiled model holds it: the database's key
 
     @functools.cached_property
     def _built(self):
@@ -549,6 +577,13 @@ class RelaxTask(Workload):
     @functools.cached_property
     def mod(self):
         return self.task_mod
+
+    @property
+    def weight_indices(self) -> list[int]:
+        """The parameters fed from the model's bound weights (``_weight_params``): a fused function may take them
+        anywhere among its arguments (a residual input can follow the bias)."""
+        attrs = self.prim_func.attrs
+        return sorted(int(i) for i in attrs["layout_free_buffers"]) if attrs and "layout_free_buffers" in attrs else []
 
     @property
     def reference_kind(self) -> str:
@@ -578,23 +613,31 @@ PREFIXES = {"resnet18": "r18", "mobilenet_v2": "mnv2"}
 def extract(model: RelaxModel, target="host", prefix: str | None = None) -> list[RelaxTask]:
     """The model's tuning tasks (unique fused PrimFuncs, weight = calls), largest weight x FLOPs first; their
     names are ``prefix.<fused function>`` (default: r18 / mnv2)."""
+    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     prefix = prefix or PREFIXES.get(model.config.get("arch"), "relax")
     tvm_env.setup()
     tgt = tvm_env.make_target(tvm_env.parse_target(target))
-    tasks = ms.relax_integration.extract_tasks(_fuse(model.mod, tgt), tgt)
+    fused = _fuse(model.mod, tgt)
+    weights = _weight_params(fused)
+    tasks = ms.relax_integration.extract_tasks(fused, tgt)
     out = []
     for t in tasks:
         name = str(t.task_name)
+        mod = t.dispatched[0] if len(t.dispatched) else t.mod
+        tuned = mod
+        if weights.get(name):
+            tuned = tvm.IRModule({"main": mod["main"].with_attr("layout_free_buffers", weights[name])})
         w = RelaxTask(
             name=f"{prefix}.{name}",
             op="relax-task",
             params={"task": name},
             weight=int(t.weight),
             source="relax",
-            task_mod=t.dispatched[0] if len(t.dispatched) else t.mod,
+            task_mod=tuned,
             task_name=name,
+            compile_mod=mod,
         )
         if len(w.arg_shapes) < 2:
             continue
@@ -622,7 +665,7 @@ def database(store, tasks: list[RelaxTask], target="host", work_dir: str | None 
         if b is None:
             continue
         sch = space.schedule_from_trace_json(w, b["trace"])
-        wl = db.commit_workload(w.mod)
+        wl = db.commit_workload(w.compile_mod if w.compile_mod is not None else w.mod)
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, [float(x) for x in b["run_secs"]], tgt, args))
         used.append(w.name)
@@ -630,7 +673,7 @@ def database(store, tasks: list[RelaxTask], target="host", work_dir: str | None 
 
 
 def applied(model: RelaxModel, db, target="host") -> list[str]:
-    """Names of the fused functions the database schedules in this model (what compile_relax will apply)."""
+    """Names of the fused functions the database schedules in this model (what ``build`` will apply)."""
     import tvm
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
@@ -645,15 +688,47 @@ def applied(model: RelaxModel, db, target="host") -> list[str]:
     )
 
 
-def build(model: RelaxModel, db=None, target="host"):
-    """The whole model compiled: with a MetaSchedule database (tuned) or by ``tvm.compile`` (untuned)."""
+def _apply_database(mod, target):
+    """Under a database, a target and a PassContext: the model fused as its tasks were extracted, every tuned
+    function scheduled from the database, and the weight layout rewrite of a tuned schedule (``pre-transformed``,
+    ``packed``) split into a function of its own (``SplitLayoutRewritePreproc``) and evaluated on the bound
+    weights (``FoldConstant``): the deployed model reads its weights already rewritten, as TVM's
+    ``cpu_weight_prepack`` pipeline does."""
+    from tvm import relax
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    mod = MetaScheduleApplyDatabase()(_fuse(mod, target))
+    return relax.transform.FoldConstant()(relax.transform.SplitLayoutRewritePreproc()(mod))
+
+
+def prepared(model: RelaxModel, db, target="host"):
+    """The Relax module ``build`` lowers and compiles with ``db`` (before lowering): what a tuned build runs."""
     import tvm
-    from tvm.s_tir import meta_schedule as ms
+
+    tgt = tvm_env.make_target(tvm_env.parse_target(target))
+    with tgt, db, tvm.transform.PassContext(opt_level=3):
+        return _apply_database(model.mod, tgt)
+
+
+def build(model: RelaxModel, db=None, target="host"):
+    """The whole model compiled: with a MetaSchedule database (tuned: ``_apply_database``, then TVM's CPU
+    lowering; functions the database does not schedule keep TVM's default lowering) or by ``tvm.compile``
+    (untuned)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu  # the package does not export dataflow_lower_passes
 
     tgt = tvm_env.make_target(tvm_env.parse_target(target))
     if db is None:
         return tvm.compile(model.mod, target=tgt)
-    return ms.relax_integration.compile_relax(db, model.mod, tgt, None)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(mod, _ctx):
+        mod = _apply_database(mod, tgt)
+        return tvm.transform.Sequential(cpu.dataflow_lower_passes(tgt) + cpu.finalize_passes(tgt))(mod)
+
+    with tgt, db, tvm.transform.PassContext(opt_level=3):
+        return relax.build(model.mod, target=tgt, relax_pipeline=pipeline)
 
 
 def run(executable, x: np.ndarray, repeat: int = 5, min_repeat_ms: int = 50):
