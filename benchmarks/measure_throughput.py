@@ -22,7 +22,7 @@ calibration probe before and after, every thread pool sized to ``--threads``.
 Every tuner runs ``--repeats`` times (default 3; in rounds: each tuner once per
 round) and each figure is the median over its runs, with its spread.
 
-    python benchmarks/measure_throughput.py [--workload resnet18.conv2] [--trials 64] [--repeats 3]
+    python benchmarks/measure_throughput.py [--workload resnet18.conv2] [--trials 64] [--repeats 3] [--host-drift record]
 
 writes ``docs/results/throughput.md`` and ``docs/results/throughput.json``.
 """
@@ -102,13 +102,21 @@ def main():
     ap.add_argument(
         "--force", action="store_true", help="run even when the machine is not quiet; the result is then marked invalid"
     )
+    ap.add_argument(
+        "--host-drift",
+        choices=["refuse", "record"],
+        default="refuse",
+        help="a host slower than at its best: refuse/stop the run (default), or record it on the page and go on "
+        "(the tuners alternate within every repeat, so a drift moves each of them alike)",
+    )
+    ap.add_argument("--results", default=RESULTS, help="where throughput.md/.json go (default docs/results)")
     args = ap.parse_args()
 
     from workbench import tvm_env
 
     target = tvm_env.host_target_dict(args.threads)
     _quiet.set_thread_env(args.threads)
-    protocol = _quiet.Protocol("measure_throughput", args.threads, args.force)
+    protocol = _quiet.Protocol("measure_throughput", args.threads, args.force, host_drift=args.host_drift)
     protocol.start()
     runs = {k: [] for k in TUNERS}
     # The workbench uses MetaSchedule's own strategy for its weights (pre-transformed: RewriteLayout with the
@@ -131,6 +139,7 @@ def main():
     rows = {k: _median_row(v) for k, v in runs.items()}
     wb = rows["workbench"]["ok_per_second"]
     result = {
+        "command": "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:]),
         "workload": args.workload,
         "trials": args.trials,
         "per_round": args.per_round,
@@ -143,8 +152,8 @@ def main():
         "speedup_vs": {k: wb / v["ok_per_second"] for k, v in rows.items() if k != "workbench" and v["ok"]},
         "protocol": protocol.summary(),
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "throughput.json"), "w") as f:
+    os.makedirs(args.results, exist_ok=True)
+    with open(os.path.join(args.results, "throughput.json"), "w") as f:
         json.dump(result, f, indent=1)
     lines = [
         "# Tuning throughput: workbench vs MetaSchedule `tune_tir`",
@@ -152,7 +161,7 @@ def main():
         protocol.markdown(),
         f"Workload `{args.workload}`, {args.trials} trials in batches of {args.per_round}, target "
         f"`{json.dumps(target)}`, measured {result['date']} on this machine ({os.cpu_count()} cores), "
-        f"TVM {result['versions']['tvm']}. Produced by `python benchmarks/measure_throughput.py`; each tuner in a "
+        f"TVM {result['versions']['tvm']}. Produced by `{result['command']}`; each tuner in a "
         f"fresh process, one after the other; wall time includes start-up. {args.repeats} run(s) per tuner: "
         "figures are medians over the runs, with their spread ((max - min) / median) in brackets when there are "
         "several; the counts are the median run's.",
@@ -179,16 +188,16 @@ def main():
         + ", ".join(f"**{v:.1f}x** vs {k}" for k, v in result["speedup_vs"].items())
         + ".",
         "",
-        "Why: the workbench keeps its build and run workers alive for the whole session (MetaSchedule's "
-        "`LocalBuilder` starts a new pool for every batch, and each stock worker imports every tensor "
-        "intrinsic), registers only the x86 intrinsics in its own process, times each kernel with "
-        "`repeat=3, min_repeat_ms=30` instead of `min_repeat_ms=100`, and its `quick` preset searches a "
-        "population of 128 (MetaSchedule: 512). The search is most of a round's time: with a population of "
-        "256 the same run measured 1.89 s per trial (2.1x vs ms-stock, 1.3x vs ms-fastbuild) with a best of "
-        "1.284 ms.",
+        "What differs between the tuners (by construction, not measured here one by one): the workbench keeps its "
+        "build and run workers alive for the whole session (MetaSchedule's `LocalBuilder` starts a new pool for "
+        "every batch, and each stock worker imports every tensor intrinsic), registers only the x86 intrinsics in "
+        "its own process, searches the next round while this one builds, times each kernel with `repeat=3, "
+        "min_repeat_ms=30` instead of `min_repeat_ms=100`, and its `quick` preset searches a population of 128 "
+        "(MetaSchedule: 512). Where a session's time goes is profiled on "
+        "[performance.md](performance.md#where-the-workbenchs-tuning-time-goes).",
         "",
     ]
-    with open(os.path.join(RESULTS, "throughput.md"), "w") as f:
+    with open(os.path.join(args.results, "throughput.md"), "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
 
