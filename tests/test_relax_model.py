@@ -109,6 +109,21 @@ def test_tiny_budget_tunes_compiles_and_matches_untuned(tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
+def test_a_task_with_weights_of_two_ranks_tunes_pre_transformed(tmp_path):
+    """The classifier's matmul + bias: a 2-D weight rewritten offline beside a 1-D bias; each would-be best is
+    verified on its weights rewritten (the bias left as it is), and no candidate fails."""
+    from workbench import TuningSession
+
+    m = rm.resnet18(image=32, width=8, classes=10, stages=1)
+    fc = next(t for t in rm.extract(m) if t.task_name.startswith("fused_matmul"))
+    assert [len(fc.arg_shapes[i]) for i in fc.weight_indices] == [2, 1]
+    s = TuningSession(fc, strategy="pre-transformed", trials=8, trials_per_round=4, db=str(tmp_path / "fc.db"))
+    summary = s.run()
+    assert summary["status"] == "finished" and summary["errors"] == 0 and summary["verified"], summary
+    assert s.records()["error_class"].isna().all()
+
+
 def _conv(x, w, b, stride, pad, groups=1):
     """NCHW x OIHW convolution with groups, plus bias: the reference the Relax build is checked against."""
     n, c, h, wd = x.shape
