@@ -115,10 +115,10 @@ def test_a_task_with_weights_of_two_ranks_tunes_pre_transformed(tmp_path):
     verified on its weights rewritten (the bias left as it is), and no candidate fails."""
     from workbench import TuningSession
 
-    m = rm.resnet18(image=32, width=8, classes=10, stages=1)
+    m = rm.resnet18(image=32, width=8, classes=1000, stages=1)  # 1000 classes: some layouts pad them
     fc = next(t for t in rm.extract(m) if t.task_name.startswith("fused_matmul"))
     assert [len(fc.arg_shapes[i]) for i in fc.weight_indices] == [2, 1]
-    s = TuningSession(fc, strategy="pre-transformed", trials=8, trials_per_round=4, db=str(tmp_path / "fc.db"))
+    s = TuningSession(fc, strategy="pre-transformed", trials=16, trials_per_round=8, db=str(tmp_path / "fc.db"))
     summary = s.run()
     assert summary["status"] == "finished" and summary["errors"] == 0 and summary["verified"], summary
     assert s.records()["error_class"].isna().all()
@@ -208,3 +208,20 @@ def test_int8_resnet18_is_the_float_network_quantized_with_u8_s8_convs(tmp_path)
     again = rm.from_config(*rm.load_weights(str(tmp_path / "q.safetensors")))
     out2, _ = rm.run(rm.build(again), x, repeat=1, min_repeat_ms=0)
     assert np.array_equal(out, out2)
+
+
+def test_a_padded_weight_rewrite_keeps_every_weight_in_place():
+    """A layout rewrite that pads (1000 classes in blocks of 16: 63 x 16 = 1008 slots) moves each weight where the
+    index map says and leaves zeros in the padding (TVM's map_tensor refuses padded maps)."""
+    from tvm.tirx import IndexMap
+
+    from workbench.layouts import _map_padded
+
+    w = np.arange(1, 2001, dtype=np.float32).reshape(1000, 2)
+    imap = IndexMap.from_func(lambda n, k: (n // 16, k, n % 16), index_dtype="int32")
+    shape = tuple(int(d) for d in imap.map_shape(list(w.shape)))
+    out = _map_padded(imap, w, shape)
+    assert shape == (63, 2, 16) and out.dtype == w.dtype
+    n, k = np.indices(w.shape)
+    assert np.array_equal(out[n // 16, k, n % 16], w)
+    assert out.sum() == w.sum() and np.count_nonzero(out) == w.size

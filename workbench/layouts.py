@@ -398,10 +398,44 @@ def apply_offline_transforms(sch, workload, inputs):
             if len(imap.initial_indices) != out[i].ndim:  # another weight's rewrite (a matmul's, not its bias's)
                 continue
             if tuple(int(d) for d in imap.map_shape(list(out[i].shape))) == new_shapes[i]:
-                out[i] = imap.map_tensor(tvm.runtime.tensor(out[i])).numpy()
+                if int(np.prod(new_shapes[i])) == out[i].size:
+                    out[i] = imap.map_tensor(tvm.runtime.tensor(out[i])).numpy()
+                else:  # a padded layout (e.g. 1000 output channels in blocks of 16): map_tensor refuses those
+                    out[i] = _map_padded(imap, out[i], new_shapes[i])
                 break
         else:
             raise RuntimeError(f"no recorded layout rewrite maps weight {i} to {new_shapes[i]}")
+    return out
+
+
+def _map_padded(imap, arr: np.ndarray, shape: tuple) -> np.ndarray:
+    """``arr`` rewritten by ``imap`` into the larger ``shape``; the padding is zero (the kernel computes outputs
+    there that it never stores)."""
+    from tvm import tirx
+
+    ops = {
+        tirx.Add: np.add,
+        tirx.Sub: np.subtract,
+        tirx.Mul: np.multiply,
+        tirx.FloorDiv: np.floor_divide,
+        tirx.FloorMod: np.mod,
+    }
+
+    def value(e, env):
+        if isinstance(e, tirx.Var):
+            return env[e.name]
+        if isinstance(e, tirx.IntImm):
+            return int(e.value)
+        if isinstance(e, tirx.Cast):
+            return value(e.value, env)
+        if type(e) in ops:
+            return ops[type(e)](value(e.a, env), value(e.b, env))
+        raise NotImplementedError(f"layout rewrite index {e!r}")
+
+    grid = np.indices(arr.shape, dtype=np.int64)
+    env = {v.name: grid[d] for d, v in enumerate(imap.initial_indices)}
+    out = np.zeros(shape, dtype=arr.dtype)
+    out[tuple(np.broadcast_to(value(e, env), arr.shape) for e in imap.final_indices)] = arr
     return out
 
 

@@ -280,7 +280,10 @@ class Verify:
 
     def __call__(self, strategy: str, proposal: Proposal, path: str) -> tuple[bool, str | None, str | None]:
         """(verified, error class, error message)."""
-        kin = layouts.get(strategy).deploy_inputs(proposal.candidate.sch, self.workload, self.inputs)
+        try:
+            kin = layouts.get(strategy).deploy_inputs(proposal.candidate.sch, self.workload, self.inputs)
+        except Exception as e:  # one candidate whose weights cannot be rewritten; the session goes on
+            return False, "verify-error", f"weights for the {strategy} layout: {type(e).__name__}: {e}".splitlines()[0]
         out, cls, msg = self.runner.compute(path, kin, proposal.shapes[-1])
         if out is None:
             return False, cls, msg
