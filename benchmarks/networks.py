@@ -434,7 +434,12 @@ def markdown(result: dict) -> str:
         L += [
             f"> Resumed (`--resume`): {len(earlier)} earlier run(s) measured the networks kept from them; "
             f"{sum(1 for r in earlier if not r.get('valid'))} of them **INVALID** by their own checks (their protocol "
-            "records are in networks.json, `earlier_runs`).",
+            "records are in networks.json, `earlier_runs`):",
+            "",
+            *[
+                f"> - started {r.get('started')}, commit `{str((r.get('git') or {}).get('commit'))[:12]}`, `{r.get('command')}`"
+                for r in earlier
+            ],
             "",
         ]
     L += [
