@@ -110,7 +110,8 @@ def pool_timed(timed: dict, samples: dict, readings: dict) -> None:
 def standalone_self_check(kernels: list[dict], threads: int, cwd: str, tolerance: float = SELF_CHECK_TOLERANCE) -> list:
     """Each published kernel timed again by the user's own command, alone: ``workbench best DB WORKLOAD --time``
     in a fresh process per kernel, ``threads`` everywhere. ``kernels``: dicts with ``db``, ``workload`` and
-    ``table_ms`` (the page's figure). Returns one row per kernel with the standalone median, its spread, the ratio
+    ``table_ms`` (the page's figure), optionally ``label`` (the page's name for it, e.g. when one workload has two
+    kernels on the page). Returns one row per kernel with the standalone median, its spread, the ratio
     standalone / table and ``agrees`` (within ``tolerance``); a kernel the command cannot time gets ``error``.
     Call ``Protocol.phase`` first: a standalone time taken beside another job proves nothing."""
     rows = []
@@ -119,6 +120,8 @@ def standalone_self_check(kernels: list[dict], threads: int, cwd: str, tolerance
         argv = [sys.executable, "-m", "workbench.cli", "best", k["db"], k["workload"], "--time"]
         argv += ["--threads", str(threads), "--json"]
         row = {"workload": k["workload"], "db": os.path.relpath(k["db"], cwd), "table_ms": k["table_ms"]}
+        if k.get("label"):
+            row["label"] = k["label"]
         row["command"] = f"workbench best {row['db']} {k['workload']} --time --threads {threads} --json"
         p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=thread_env(threads))
         if p.returncode != 0:
@@ -156,11 +159,11 @@ def self_check_markdown(
     ]
     for r in rows:
         if "error" in r:
-            L.append(f"| {r['workload']} | {r['table_ms']:.4g} | failed: {r['error']} | – | no |")
+            L.append(f"| {r.get('label', r['workload'])} | {r['table_ms']:.4g} | failed: {r['error']} | – | no |")
             continue
         noisy = " (disturbed)" if r.get("noisy") else ""
         L.append(
-            f"| {r['workload']} | {r['table_ms']:.4g} | {r['standalone_ms']:.4g} ({100 * (r['spread'] or 0):.0f} %)"
+            f"| {r.get('label', r['workload'])} | {r['table_ms']:.4g} | {r['standalone_ms']:.4g} ({100 * (r['spread'] or 0):.0f} %)"
             f"{noisy} | {r['ratio']:.3f} | {'yes' if r['agrees'] else '**no**'} |"
         )
     return "\n".join(L) + "\n"
