@@ -146,6 +146,16 @@ def workbench_timeline(db: str, launched_at: float) -> list:
     return [[m - launched_at, lat if err is None else None] for m, lat, err in rows]
 
 
+def workbench_noise_waits(db: str) -> float:
+    """Seconds the session spent waiting for a quiet machine (its ``measurement_noise`` waits), part of its wall."""
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute("SELECT data FROM events WHERE kind = 'measurement_noise'").fetchall()
+    finally:
+        con.close()
+    return sum(float(json.loads(d).get("waited_s") or 0.0) for (d,) in rows)
+
+
 def run_workbench(
     workload: str,
     target: dict,
@@ -203,4 +213,5 @@ def run_workbench(
         "verified": s["verified"],
         "db": db,
         "timeline": workbench_timeline(db, t),
+        "noise_waited_s": workbench_noise_waits(db),
     }

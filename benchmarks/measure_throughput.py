@@ -24,7 +24,9 @@ round) and each figure is the median over its runs, with its spread.
 
     python benchmarks/measure_throughput.py [--workload resnet18.conv2] [--trials 64] [--repeats 3] [--host-drift record]
 
-writes ``docs/results/throughput.md`` and ``docs/results/throughput.json``.
+writes ``docs/results/throughput.md`` and ``docs/results/throughput.json`` (``--report-only`` rewrites the page from
+the JSON). The page shows each repeat side by side as well, and the workbench's waits for a quiet machine (its
+default noise mode), which are part of its wall time.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def _median_row(runs: list) -> dict:
         xs = [r[k] for r in runs if r.get(k) is not None]
         row[k] = statistics.median(xs) if xs else None
         row[k + "_spread"] = noise.spread(xs) if xs else None
-    row["runs"] = [{k: r.get(k) for k in ("measured", "ok", "failed") + FIGURES} for r in runs]
+    row["runs"] = [{k: r.get(k) for k in ("measured", "ok", "failed", "noise_waited_s") + FIGURES} for r in runs]
     return row
 
 
@@ -110,7 +112,14 @@ def main():
         "(the tuners alternate within every repeat, so a drift moves each of them alike)",
     )
     ap.add_argument("--results", default=RESULTS, help="where throughput.md/.json go (default docs/results)")
+    ap.add_argument(
+        "--report-only", action="store_true", help="no tuning: rewrite throughput.md from --results' throughput.json"
+    )
     args = ap.parse_args()
+    if args.report_only:
+        with open(os.path.join(args.results, "throughput.json")) as f:
+            print(write_page(json.load(f), args.results))
+        return
 
     from workbench import tvm_env
 
@@ -155,14 +164,61 @@ def main():
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, "throughput.json"), "w") as f:
         json.dump(result, f, indent=1)
+    print(write_page(result, args.results))
+
+
+def per_run_lines(result: dict) -> list:
+    """The runs side by side: the tuners alternate within each repeat, so a repeat's ratios meet one host."""
+    rows = result["rows"]
+    n = min(len(r.get("runs", [])) for r in rows.values())
+    if n < 2:
+        return []
+    others = [k for k in rows if k != "workbench"]
+    lines = [
+        "",
+        "Each repeat, side by side (the tuners run one after the other within a repeat, so a host whose speed "
+        "drifts between repeats moves each repeat's tuners alike):",
+        "",
+        "| repeat | "
+        + " | ".join(f"{k} wall s" for k in rows)
+        + " | "
+        + " | ".join(f"throughput vs {k}" for k in others)
+        + " |",
+        "|---|" + "---|" * (len(rows) + len(others)),
+    ]
+    for i in range(n):
+        wb = rows["workbench"]["runs"][i]
+        walls = " | ".join(f"{rows[k]['runs'][i]['wall_seconds']:.1f}" for k in rows)
+        ratios = " | ".join(f"{wb['ok_per_second'] / rows[k]['runs'][i]['ok_per_second']:.2f}x" for k in others)
+        lines.append(f"| {i + 1} | {walls} | {ratios} |")
+    waits = [r.get("noise_waited_s") for r in rows["workbench"]["runs"]]
+    if all(w is not None for w in waits):
+        lines += [
+            "",
+            "The workbench's wall includes its waits for a quiet machine (noise mode `wait`, the default): "
+            + ", ".join(f"{w:.1f} s" for w in waits)
+            + " in the repeats above.",
+        ]
+    else:
+        lines += [
+            "",
+            "The workbench's wall includes any waits for a quiet machine (noise mode `wait`, the default); this run "
+            "predates their recording, so how much of its spread they explain is not known.",
+        ]
+    return lines
+
+
+def write_page(result: dict, results: str) -> str:
+    """throughput.md from ``result`` (throughput.json's content); returns the page."""
+    rows = result["rows"]
     lines = [
         "# Tuning throughput: workbench vs MetaSchedule `tune_tir`",
         "",
-        protocol.markdown(),
-        f"Workload `{args.workload}`, {args.trials} trials in batches of {args.per_round}, target "
-        f"`{json.dumps(target)}`, measured {result['date']} on this machine ({os.cpu_count()} cores), "
+        _quiet.summary_markdown(result.get("protocol")),
+        f"Workload `{result['workload']}`, {result['trials']} trials in batches of {result['per_round']}, target "
+        f"`{json.dumps(result['target'])}`, measured {result['date']} on this machine ({result['threads']} threads), "
         f"TVM {result['versions']['tvm']}. Produced by `{result['command']}`; each tuner in a "
-        f"fresh process, one after the other; wall time includes start-up. {args.repeats} run(s) per tuner: "
+        f"fresh process, one after the other; wall time includes start-up. {result['repeats']} run(s) per tuner: "
         "figures are medians over the runs, with their spread ((max - min) / median) in brackets when there are "
         "several; the counts are the median run's.",
         "",
@@ -184,9 +240,11 @@ def main():
     ]
     lines += [
         "",
-        "Workbench throughput relative to each MetaSchedule configuration (successful trials per second): "
-        + ", ".join(f"**{v:.1f}x** vs {k}" for k, v in result["speedup_vs"].items())
-        + ".",
+        "Workbench throughput relative to each MetaSchedule configuration (successful trials per second, medians "
+        "over the repeats): " + ", ".join(f"**{v:.1f}x** vs {k}" for k, v in result["speedup_vs"].items()) + ".",
+    ]
+    lines += per_run_lines(result)
+    lines += [
         "",
         "What differs between the tuners (by construction, not measured here one by one): the workbench keeps its "
         "build and run workers alive for the whole session (MetaSchedule's `LocalBuilder` starts a new pool for "
@@ -197,9 +255,10 @@ def main():
         "[performance.md](performance.md#where-the-workbenchs-tuning-time-goes).",
         "",
     ]
-    with open(os.path.join(args.results, "throughput.md"), "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    page = "\n".join(lines)
+    with open(os.path.join(results, "throughput.md"), "w") as f:
+        f.write(page)
+    return page
 
 
 if __name__ == "__main__":

@@ -466,9 +466,9 @@ def test_standalone_self_check_runs_the_users_command_per_kernel_and_judges_with
     monkeypatch.setattr(_quiet, "quiesce", lambda *a, **k: {})
     monkeypatch.setattr(_quiet.subprocess, "run", fake_run)
     db = str(tmp_path / "wb.db")
-    rows = _quiet.standalone_self_check(
-        [{"db": db, "workload": w, "table_ms": 1.0} for w in ("w1", "w2", "w3")], 2, str(tmp_path)
-    )
+    kernels = [{"db": db, "workload": w, "table_ms": 1.0} for w in ("w1", "w2", "w3")]
+    kernels[1]["label"] = "w2 (full tuning)"  # a page that shows two kernels of one workload names them
+    rows = _quiet.standalone_self_check(kernels, 2, str(tmp_path))
     argv, env = calls[0]
     assert argv[1:] == ["-m", "workbench.cli", "best", db, "w1", "--time", "--threads", "2", "--json"]
     assert env["TVM_NUM_THREADS"] == "2" and env["OMP_NUM_THREADS"] == "2"
@@ -476,7 +476,41 @@ def test_standalone_self_check_runs_the_users_command_per_kernel_and_judges_with
     assert rows[1]["ratio"] == pytest.approx(1.2) and "no verified program" in rows[2]["error"]
     md = _quiet.self_check_markdown(rows)
     assert "**1/3 within 5 % of the table**" in md and "`workbench best wb.db w1 --time --threads 2 --json`" in md
-    assert "| w2 | 1 | 1.2 (2 %) | 1.200 | **no** |" in md and "| w3 | 1 | failed: workbench: no verified" in md
+    assert (
+        "| w2 (full tuning) | 1 | 1.2 (2 %) | 1.200 | **no** |" in md
+        and "| w3 | 1 | failed: workbench: no verified" in md
+    )
+
+
+def test_transfer_tuning_self_checks_each_tt_and_full_best_the_page_shows(monkeypatch):
+    import transfer_tuning
+
+    import workbench
+
+    class Store:  # tt_none.db holds nothing for its layer: TT fell back to the untuned program
+        def __init__(self, db, readonly):
+            self.db = db
+
+        def best(self, workload):
+            return None if self.db == "tt_none.db" else {"workload": workload}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(workbench, "RecordStore", Store)
+    got = {}
+    monkeypatch.setattr(transfer_tuning._quiet, "standalone_self_check", lambda k, t, cwd: got.update(k=k, t=t))
+    layers = [
+        {"workload": "r50.a", "tt_db": "tt.db", "full_db": "full.db", "tt_ms": 1.0, "full_ms": 0.9},
+        {"workload": "r50.b", "tt_db": "tt_none.db", "full_db": "full.db", "tt_ms": 5.0, "full_ms": 2.0},
+    ]
+    transfer_tuning.self_check([{"target": "resnet50", "layers": layers}], 2)
+    assert got["t"] == 2
+    assert [(k["db"], k["workload"], k["table_ms"], k["label"]) for k in got["k"]] == [
+        ("tt.db", "r50.a", 1.0, "r50.a (TT)"),
+        ("full.db", "r50.a", 0.9, "r50.a (full tuning)"),
+        ("full.db", "r50.b", 2.0, "r50.b (full tuning)"),
+    ]
 
 
 def test_thread_env_sizes_every_pool():
@@ -841,6 +875,13 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
     assert ok["matches"] and ok["scale"] == pytest.approx(3.002) and not bad["matches"]
     assert nw.split_name("resnet18-int8") == ("resnet18", "int8") and nw.split_name("mobilenet_v2")[1] == "float32"
     assert nw.agreement([1.0, 0.5], [1.0, 0.495], "int8")["matches"]  # int8's tolerance is wider
+    # an int8 output is judged against the PyTorch engine it is closest to (the engines round differently)
+    refs = {"quantized-x86": [50.0, 1.0], "quantized-fbgemm": [50.0, 2.1]}
+    got = nw.agreement_closest([50.0, 2.0], refs, "int8")
+    assert got["matches"] and got["closest_mode"] == "quantized-fbgemm"
+    assert got["error_by_mode"] == {"quantized-x86": pytest.approx(1.0), "quantized-fbgemm": pytest.approx(0.1)}
+    assert not nw.agreement_closest([50.0, 9.0], refs, "int8")["matches"]
+    assert nw._yes(got, "quantized-x86") == "yes (0.1, vs quantized-fbgemm)" and nw._yes(got) == "yes (0.1)"
 
     def timing(ms, **kw):
         return dict(latency_ms=ms, spread_pct=4.0, compile_s=3.0, matches=True, max_abs_error=1e-6, **kw)
@@ -927,3 +968,56 @@ def test_every_al_ansor_method_is_recognised_from_its_stored_session():
         params = dataclasses.asdict(get("quick", **overrides))
         assert al_ansor.method_of({"strategy_arg": "auto:a,b", "preset_params": params}) == method
     assert al_ansor.method_of({"strategy_arg": "no-rewrite", "preset_params": {}}) == "no-rewrite"
+
+
+def test_throughput_page_shows_each_repeat_side_by_side_and_the_workbench_waits(tmp_path):
+    import measure_throughput as mt
+
+    def run(wall, ok=64, waited=None):
+        return {"measured": 64, "ok": ok, "failed": 64 - ok, "wall_seconds": wall, "noise_waited_s": waited}
+
+    runs = {
+        "workbench": [run(90.0, waited=20.0), run(60.0, waited=0.0)],
+        "ms-fastbuild": [run(100.0), run(120.0)],
+    }
+    for rs in runs.values():
+        for r in rs:
+            r.update(ok_per_second=r["ok"] / r["wall_seconds"], seconds_per_ok_trial=r["wall_seconds"] / r["ok"])
+            r["best_latency_ms"] = 1.0
+    rows = {k: mt._median_row(v) for k, v in runs.items()}
+    rows["workbench"].update(verified=True, naive_latency_ms=100.0)
+    result = {
+        "command": "python benchmarks/measure_throughput.py",
+        "workload": "resnet18.conv2",
+        "trials": 64,
+        "per_round": 16,
+        "target": {"kind": "llvm"},
+        "threads": 2,
+        "repeats": 2,
+        "versions": {"tvm": "0.27"},
+        "date": "2026-12-03 18:40",
+        "rows": rows,
+        "speedup_vs": {"ms-fastbuild": 1.5},
+        "protocol": None,
+    }
+    page = mt.write_page(result, str(tmp_path))
+    assert page == (tmp_path / "throughput.md").read_text()
+    assert "| 1 | 90.0 | 100.0 | 1.11x |" in page and "| 2 | 60.0 | 120.0 | 2.00x |" in page
+    assert "20.0 s, 0.0 s in the repeats above" in page
+    for r in rows["workbench"]["runs"]:
+        r["noise_waited_s"] = None  # a run from before the waits were recorded says so
+    assert "predates their recording" in mt.write_page(result, str(tmp_path))
+
+
+def test_workbench_noise_waits_sums_the_sessions_waits(tmp_path):
+    import _tuners
+
+    from workbench import events as ev
+    from workbench.store import RecordStore
+
+    db = str(tmp_path / "wb.db")
+    store = RecordStore(db)
+    for data in ({"state": "waiting"}, {"state": "quiet", "waited_s": 2.5}, {"state": "gave-up", "waited_s": 30.0}):
+        store.add_event(1, ev.EventKind.MEASUREMENT_NOISE.value, 0.0, 0.0, data)
+    store.close()
+    assert _tuners.workbench_noise_waits(db) == pytest.approx(32.5)
