@@ -407,3 +407,22 @@ def test_noise_default_comes_from_the_environment_for_named_presets_only(monkeyp
     monkeypatch.setenv("WORKBENCH_NOISE", "loud")
     with pytest.raises(WorkbenchError, match="from WORKBENCH_NOISE"):
         get_preset("faithful")
+
+
+def test_preset_fields_from_the_environment_for_named_presets_only(monkeypatch):
+    from workbench.presets import PRESETS
+
+    monkeypatch.setenv("WORKBENCH_PRESET_OVERRIDES", '{"min_repeat_ms": 7, "confirm_rounds": 1, "pruning": []}')
+    p = get_preset("quick")
+    assert (p.min_repeat_ms, p.confirm_rounds, p.pruning) == (7, 1, ())
+    assert get_preset("quick", confirm_rounds=2).confirm_rounds == 2  # an explicit choice wins
+    assert get_preset(PRESETS["quick"]).min_repeat_ms == 30  # a stored preset (a resumed session) keeps its own
+    monkeypatch.setenv("WORKBENCH_PRESET_OVERRIDES", '{"min_repeat": 7}')
+    with pytest.raises(WorkbenchError, match="unknown preset field.*min_repeat.*valid: .*min_repeat_ms"):
+        get_preset("quick")
+    monkeypatch.setenv("WORKBENCH_PRESET_OVERRIDES", "min_repeat_ms=7")
+    with pytest.raises(WorkbenchError, match="WORKBENCH_PRESET_OVERRIDES must be a JSON object"):
+        get_preset("quick")
+    monkeypatch.setenv("WORKBENCH_PRESET_OVERRIDES", '{"confirm_rounds": -1}')  # the values are checked as given
+    with pytest.raises(WorkbenchError, match="confirm_rounds"):
+        get_preset("quick")

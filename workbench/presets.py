@@ -143,11 +143,41 @@ NOISE_ENV = "WORKBENCH_NOISE"
 DETERMINISTIC_ENV = "WORKBENCH_DETERMINISTIC"
 
 
+# Other fields a named preset takes from the environment, as a JSON object: e.g. on a CI machine that checks what
+# the workbench does, not how fast it tunes, '{"min_repeat_ms": 10, "confirm_rounds": 1}' shortens every timing
+# (the test suite sets it). Values a caller passes (a session's own arguments) win; a session's store keeps the
+# values it ran with.
+OVERRIDES_ENV = "WORKBENCH_PRESET_OVERRIDES"
+
+
+def _env_overrides() -> dict:
+    raw = os.environ.get(OVERRIDES_ENV, "").strip()
+    if not raw:
+        return {}
+    import json
+
+    try:
+        got = json.loads(raw)
+    except ValueError as e:
+        raise WorkbenchError(f"{OVERRIDES_ENV} must be a JSON object of preset fields: {e}") from None
+    if not isinstance(got, dict):
+        raise WorkbenchError(f"{OVERRIDES_ENV} must be a JSON object of preset fields, got {raw!r}")
+    fields = set(Preset.__dataclass_fields__) - {"name"}
+    unknown = sorted(set(got) - fields)
+    if unknown:
+        raise WorkbenchError(
+            f"{OVERRIDES_ENV}: unknown preset field(s) {', '.join(unknown)}; valid: {', '.join(sorted(fields))}"
+        )
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in got.items()}
+
+
 def get(name, **overrides) -> Preset:
     if isinstance(name, Preset):
         p = name
     elif name in PRESETS:
         p = PRESETS[name]
+        for k, v in _env_overrides().items():
+            overrides.setdefault(k, v)
         if os.environ.get(NOISE_ENV) and "noise" not in overrides:
             overrides["noise"] = os.environ[NOISE_ENV]
         if os.environ.get(DETERMINISTIC_ENV) == "1" and "deterministic" not in overrides:
