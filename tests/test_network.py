@@ -109,3 +109,31 @@ def test_cli_tunes_a_spec_file_with_weights(tmp_path):
     assert out["network"] == "net" and out["trials"] == 8
     assert [t["workload"] for t in out["tasks"]] == ["t-conv-nhwc", "t-dw"] and out["tasks"][0]["weight"] == 2
     assert out["estimated_latency_ms"] > 0 and out["naive_latency_ms"] > 0
+
+
+def test_a_task_that_raises_ends_only_that_task(tmp_path):
+    """An exception in one task's round (a bug in a loop step, a weight it cannot rewrite) marks that task dead
+    and failed, with what went wrong; the other tasks get the rest of the budget and the network finishes."""
+    db = str(tmp_path / "n.db")
+    s = NetworkSession([SMALL["conv_nhwc"], SMALL["matmul"]], trials=8, db=db, strategy="no-rewrite", **TINY)
+    events = []
+    s.subscribe(events.append)
+    real_step = s.tasks[0].step
+
+    def broken_step():
+        real_step()  # one round measured and recorded, then the failure
+        raise RuntimeError("boom\nsecond line")
+
+    s.tasks[0].step = broken_step
+    summ = s.run()
+    assert summ["status"] == "finished" and summ["trials"] == 8
+    dead = [e.data for e in events if e.kind == "task_dead"]
+    assert dead == [dict(dead[0], index=0, workload="t-conv-nhwc", reason="failed: RuntimeError: boom")]
+    conv, mm = summ["tasks"]
+    assert conv["dead"] and conv["trials"] == 4 and conv["best_latency_ms"] is not None
+    assert mm["trials"] == 4 and not mm["dead"]
+    store = RecordStore(db, readonly=True)
+    status = {x["workload"]: x["status"] for x in store.sessions()}
+    assert status == {"t-conv-nhwc": "failed", "t-mm": "finished"}
+    assert len(store.records()) == 8  # the failed task's round is kept
+    store.close()

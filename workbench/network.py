@@ -256,7 +256,8 @@ class NetworkSession(SessionLifecycle):
             for t in opened:
                 try:
                     self.store.update_session(t.session_id, trials=t.trials_done)
-                    t.close()
+                    if t.error is None:  # a failed task was released when it failed
+                        t.close()
                 except Exception:
                     pass
             self._close_pools()
@@ -290,7 +291,7 @@ class NetworkSession(SessionLifecycle):
                 return "stopped"
             choice = self.scheduler.next()
             if choice is None:
-                return "every task is dead (no new programs to propose)"
+                return "every task is dead (no new programs to propose, or failed)"
             i = choice.task
             task = self.tasks[i]
             n = min(tpr, self.trials - self.trials_done)
@@ -307,7 +308,21 @@ class NetworkSession(SessionLifecycle):
                 n=n,
             )
             before = task.trials_done
-            ran = task.step()
+            try:
+                ran = task.step()
+            except Exception as e:  # noqa: BLE001 - one task's failure ends that task, not the others' tuning
+                self.trials_done += task.trials_done - before
+                self.scheduler.mark_dead(i)
+                task.fail(e)
+                first_line = (str(e).strip().splitlines() or [""])[0][:300]
+                self._emit(
+                    ev.TaskDead,
+                    task=task,
+                    index=i,
+                    workload=task.workload.name,
+                    reason=f"failed: {type(e).__name__}: {first_line}",
+                )
+                continue
             self.trials_done += task.trials_done - before
             if self._stop.is_set():
                 return "stopped"

@@ -563,6 +563,17 @@ class TuningSession(SessionLifecycle):
         finally:
             self._teardown()
 
+    def fail(self, e: BaseException) -> None:
+        """Instead of ``close()``: record ``e`` as what ended this session (status ``failed``, a ``failed``
+        event), then release it. For a driver whose step of this session raised (NetworkSession); every record
+        measured before is kept."""
+        self.error = e
+        try:
+            self._set_status("failed")
+            self._emit(ev.Failed(message=f"{type(e).__name__}: {e}"))
+        finally:
+            self._teardown()
+
     def grant(self, n: int) -> None:
         """Allow ``n`` more trials than measured so far (a driver sharing one budget among sessions)."""
         self.trials = self.trials_done + n
