@@ -138,7 +138,7 @@ def target_has(target, feature: str) -> bool:
 
 def for_workload(workload, target) -> Intrinsic | None:
     """The intrinsic whose accumulation is this workload's and that the target can execute, or None."""
-    dtype = getattr(workload, "dtype", None)
+    dtype = getattr(workload, "mac_dtype", None)
     for intrin in INTRINSICS.values():
         if intrin.dtype == dtype and target is not None and target_has(target, intrin.feature):
             return intrin
@@ -152,7 +152,7 @@ def plan(workload, target, strategy: str) -> tuple[Intrinsic | None, str]:
     so a strategy that reads them as given (no-rewrite) keeps the plain schedule rules."""
     from . import layouts
 
-    dtype = getattr(workload, "dtype", None)
+    dtype = getattr(workload, "mac_dtype", None)
     wanted = [i for i in INTRINSICS.values() if i.dtype == dtype]
     if not wanted:
         return None, f"no tensor intrinsic computes a {dtype} workload's accumulation"

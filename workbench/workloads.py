@@ -695,6 +695,12 @@ class Workload:
     def dtype_info(self) -> dtypes.DType:
         return dtypes.DTYPES[self.dtype]
 
+    @property
+    def mac_dtype(self) -> str:
+        """The ``dtypes`` key of the workload's multiply-accumulate, which selects its tensor intrinsics
+        (``intrinsics.plan``): its ``dtype``."""
+        return self.dtype
+
     def spec(self) -> dict:
         # A float32 spec has no "dtype" key: stored sessions and class keys of float32 workloads stay as they were.
         d = {"name": self.name, "op": self.op}
