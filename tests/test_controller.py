@@ -269,3 +269,48 @@ def test_likely_next_guesses_the_choice_after_the_running_round_without_choosing
     assert StrategyController(["only"]).likely_next("only") == "only"
     c.pick("c")
     assert c.likely_next("a") == "c"
+
+
+def test_pairing_targets_the_other_live_arms_in_auto_mode_only():
+    c = StrategyController(S, "auto")
+    assert c.pair_targets("no-rewrite") == ["transform-stage", "pre-transformed"]
+    c.mark_exhausted("pre-transformed")
+    assert c.pair_targets("no-rewrite") == ["transform-stage"]
+    assert StrategyController(S, "round-robin").pair_targets("no-rewrite") == []
+    manual = StrategyController(S, "auto")
+    manual.pick("transform-stage")
+    assert manual.pair_targets("transform-stage") == []  # the person's choice is not second-guessed
+    assert StrategyController(["only"]).pair_targets("only") == []
+
+
+def test_a_pairing_is_a_trial_of_the_arm_not_a_round_and_lowers_its_best_when_faster():
+    c = StrategyController(S, "auto")
+    for s, lat in zip(S, (2.0, 3.0, 2.5)):
+        c.observe(s, lat, None, 8)
+    c.credit("pre-transformed", 1.5, source_ms=1.8)
+    a = c.arms["pre-transformed"]
+    assert (a.rounds, a.trials, a.paired, a.best_ms, a.pair_losses) == (1, 9, 1, 1.5, 0)
+    assert a.history[-1] == (9, 1.5)
+    assert c.state()["arms"]["pre-transformed"]["paired"] == 1
+    # the best arm now, by its paired program: the policy's choice follows
+    assert c.choose().strategy == "pre-transformed"
+    c.credit("transform-stage", 2.9, source_ms=2.0)  # slower than its source: no new best, one loss
+    assert c.arms["transform-stage"].best_ms == 2.9 and c.arms["transform-stage"].pair_losses == 1
+
+
+def test_an_arm_that_keeps_losing_its_pairings_is_not_paired_again_and_a_close_one_is():
+    from workbench.controller import PAIR_MARGIN, PAIR_PATIENCE
+
+    c = StrategyController(S, "auto")
+    for _ in range(PAIR_PATIENCE):
+        c.credit("transform-stage", 1.0 * PAIR_MARGIN * 1.01, source_ms=1.0)  # lost by more than the margin
+        c.credit("pre-transformed", 1.0 * PAIR_MARGIN * 0.99, source_ms=1.0)  # slower, within the margin
+    assert c.pair_targets("no-rewrite") == ["pre-transformed"]
+    c.credit("pre-transformed", None, source_ms=1.0)  # failed: a loss
+    c.credit("pre-transformed", None, source_ms=1.0)
+    assert c.pair_targets("no-rewrite") == []
+    fresh = StrategyController(S, "auto")
+    fresh.credit("pre-transformed", None, source_ms=1.0)
+    fresh.credit("pre-transformed", 0.9, source_ms=1.0)  # a win resets the count
+    fresh.credit("pre-transformed", None, source_ms=1.0)
+    assert "pre-transformed" in fresh.pair_targets("no-rewrite")

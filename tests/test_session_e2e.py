@@ -366,3 +366,38 @@ def test_the_next_round_is_searched_while_this_one_builds_and_never_while_a_kern
     assert inside, f
     # deterministic: one thread, no overlap
     assert not s.preset.__class__(**{**s.preset.to_dict(), "deterministic": True}).overlaps
+
+
+def test_paired_layouts_measure_each_new_best_loop_nest_under_the_other_strategies(tmp_path):
+    s = _session(
+        SMALL["matmul"],
+        tmp_path,
+        strategy="auto:no-rewrite,pre-transformed",
+        trials=24,
+        trials_per_round=4,
+        pair_layouts=True,
+        noise="off",
+        confirm_rounds=0,
+        deterministic=True,
+    )
+    events = []
+    s.subscribe(events.append)
+    summ = s.run()
+    rec = s.records()
+    assert summ["status"] == "finished" and len(rec) == 24  # pairings spend the budget, never exceed it
+    round_strategy = {e.data["round"]: e.data["strategy"] for e in events if e.kind == "round_started"}
+    is_pair = [round_strategy[r] != st for r, st in zip(rec["round"], rec["strategy"])]
+    paired, own = rec[is_pair], rec[[not x for x in is_pair]]
+    assert len(paired) >= 1, "the first round's best is a new best: it is paired"
+    best_rounds = {e.data["trial"]: e.data["strategy"] for e in events if e.kind == "new_best"}
+    for _, p in paired.iterrows():
+        # the same loop nest (its decisions) as a program of the round's own strategy that was a new best
+        src = own[(own["round"] == p["round"]) & (own["decisions"] == p["decisions"])]
+        assert len(src) == 1 and int(src["trial"].iloc[0]) in best_rounds
+        assert p["strategy"] != src["strategy"].iloc[0] and p["mod_hash"] != src["mod_hash"].iloc[0]
+    arms = s.controller.state()["arms"]
+    assert sum(a["paired"] for a in arms.values()) == len(paired)
+    assert {a: arms[a]["trials"] for a in arms} == rec.groupby("strategy").size().to_dict()
+    # the loop's profile has the pairings' own phase
+    finished = [e for e in events if e.kind == "round_finished"]
+    assert sum(e.data["phase_seconds"]["pair"] for e in finished) > 0

@@ -763,3 +763,16 @@ def test_throughput_is_counted_in_gops_for_an_int8_workload(demo_events):
     int8 = Event(first.kind, first.session_id, first.time, first.elapsed, dict(first.data, spec=spec), first.id)
     dash = fed_dashboard([int8, *demo_events[1:]])
     assert dash.throughput.fig.layout.yaxis.title.text == "GOPS" and " GOPS (" in dash.controls.status.value
+
+
+def test_controller_table_shows_the_trials_an_arm_got_from_pairings():
+    from widgets.controls import ControlsView
+
+    m = SessionModel()
+    m.strategies = ["no-rewrite", "pre-transformed"]
+    m.controller["arms"] = {
+        "no-rewrite": {"rounds": 5, "trials": 40, "best_ms": 1.0, "paired": 0},
+        "pre-transformed": {"rounds": 1, "trials": 11, "best_ms": 0.9, "paired": 3},
+    }
+    html = ControlsView._arms_html(m, None)
+    assert "<td>40</td>" in html and "<td>11 (3 paired)</td>" in html

@@ -256,9 +256,11 @@ class ControlsView:
             a = arms.get(s, {})
             sc = scores.get(s)
             flag = " (pruned)" if a.get("pruned") else " (exhausted)" if a.get("exhausted") else ""
+            # trials measured in this layout for other strategies' rounds (preset pair_layouts)
+            paired = f" ({esc(a['paired'])} paired)" if a.get("paired") else ""
             rows.append(
                 f"<tr><td>{esc(s)}{flag}</td><td>{fmt(sc, '.3f', 'warm-up' if s in scores else '—')}</td>"
-                f"<td>{esc(a.get('rounds', '—'))}</td><td>{esc(a.get('trials', '—'))}</td>"
+                f"<td>{esc(a.get('rounds', '—'))}</td><td>{esc(a.get('trials', '—'))}{paired}</td>"
                 f"<td>{fmt(a.get('best_ms'), '.4f')}</td></tr>"
             )
         last = ""

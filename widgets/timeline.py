@@ -23,6 +23,7 @@ LANES = [
     ("features", "features + prediction", "#7048e8"),
     ("build", "build", "#f59f00"),
     ("measure", "timing (+ verify, record)", "#e03131"),
+    ("pair", "paired layouts of a new best (build + timing)", "#e8590c"),
     ("train", "train the cost model", "#2f9e44"),
 ]
 LABEL = {p: lab for p, lab, _c in LANES}

@@ -40,6 +40,14 @@ pruned at equal trials, the survivors get twice as many, until one is left.
 
 ``uniform``: every live arm equally likely each round, no pruning (the ablation
 "uniform arm mix": the shared model and cross-seeding without the choice).
+
+Paired layouts (``Preset.pair_layouts``; the session's ``PairLayouts`` step). Arms compared by their own
+searches' bests differ by search luck as much as by layout: after a handful of trials an arm's best says
+little about its layout. When a round finds the session's new best program, the same loop nest is also
+measured under the other live strategies' layouts, and the result is credited to their arms (``credit``):
+a paired comparison, the layout the only difference. An arm that loses ``PAIR_PATIENCE`` pairings in a row by
+more than ``PAIR_MARGIN`` is not paired again (transform-stage, which pays its weight copy on every call, is
+the usual one), so pairing costs trials only where the layouts are close.
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ class ArmState:
     trials: int = 0
     # (trials so far, best so far) after each of the arm's rounds: its own learning curve
     history: list = field(default_factory=list)
+    paired: int = 0  # trials credited by pairing (programs of other arms' rounds measured in this layout)
+    pair_losses: int = 0  # pairings lost in a row by more than PAIR_MARGIN
 
 
 @dataclass
@@ -272,6 +282,9 @@ class UniformPolicy:
         return []
 
 
+PAIR_MARGIN = 1.10
+PAIR_PATIENCE = 2
+
 POLICIES = {p.name: p for p in (OptimisticBestPolicy, ProjectedBestPolicy, UCBGainPolicy, HalvingPolicy, UniformPolicy)}
 DEFAULT_POLICY = OptimisticBestPolicy.name
 
@@ -429,6 +442,28 @@ class StrategyController:
                 self.arms[s].pruned = True
             return pruned
 
+    def pair_targets(self, source: str) -> list[str]:
+        """The strategies a program of ``source``'s round is paired into (see the module's docstring): in auto
+        mode, every other live arm that has not lost its last PAIR_PATIENCE pairings."""
+        with self._lock:
+            if self.mode != "auto":
+                return []
+            return [s for s in self.live() if s != source and self.arms[s].pair_losses < PAIR_PATIENCE]
+
+    def credit(self, strategy: str, latency_ms: float | None, source_ms: float) -> None:
+        """A paired measurement: ``strategy``'s layout of a loop nest that took ``source_ms`` under the strategy
+        whose round found it took ``latency_ms`` (None: it failed). Counts as one of the arm's trials, not as a
+        round; lowers its best when faster."""
+        with self._lock:
+            arm = self.arms[strategy]
+            arm.trials += 1
+            arm.paired += 1
+            if latency_ms:
+                arm.best_ms = min(arm.best_ms, latency_ms)
+            lost = latency_ms is None or latency_ms > PAIR_MARGIN * source_ms
+            arm.pair_losses = arm.pair_losses + 1 if lost else 0
+            arm.history.append((arm.trials, arm.best_ms))
+
     def mark_exhausted(self, strategy: str) -> None:
         with self._lock:
             self.arms[strategy].exhausted = True
@@ -447,6 +482,7 @@ class StrategyController:
                         "best_ms": a.best_ms if math.isfinite(a.best_ms) else None,
                         "pruned": a.pruned,
                         "exhausted": a.exhausted,
+                        "paired": a.paired,
                     }
                     for s, a in self.arms.items()
                 },

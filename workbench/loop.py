@@ -8,6 +8,7 @@ session's ``emit`` (which stores an event before announcing it).
 
     decide      the controller picks the strategy of the round    (controller.StrategyController.choose)
     cross-seed  the other strategies' best programs into its search database         (CrossSeed)
+    pair        a new best's loop nest also under the other strategies' layouts      (PairLayouts)
     propose     new programs from the strategy's evolutionary search                 (Propose)
     predict     their features and the shared cost model's scores                    (Predict)
     build       compile them in parallel                                             (Build)
@@ -33,9 +34,9 @@ from .store import RecordStore, program_hash
 
 # The loop's phases, timed per round (round_finished.phase_seconds): cross-seeding, the evolutionary search,
 # feature extraction + prediction, compilation, timing (with verification, confirmation and recording),
-# retraining the cost model, and the next round's search run while this round built (preset ``overlap``; its
-# wall time lies inside "build").
-PHASES = ("search", "features", "build", "measure", "cross_seed", "train", "search_overlapped")
+# retraining the cost model, the next round's search run while this round built (preset ``overlap``; its
+# wall time lies inside "build"), and the paired measurements of a new best (preset ``pair_layouts``).
+PHASES = ("search", "features", "build", "measure", "cross_seed", "train", "search_overlapped", "pair")
 
 
 @dataclass
@@ -164,6 +165,38 @@ class CrossSeed:
             kept.add(i)
             n += 1
         return n
+
+
+class PairLayouts:
+    """The loop nest of a round's new best under other strategies' layouts, as programs to measure.
+
+    Strategies differ only in postprocessors, so the trace of a program (postprocs removed) replays under
+    another strategy's as the same loop nest in that strategy's weight layout (as for cross-seeding). Measured,
+    such a pair compares two layouts on one program, which an arm's own best after a few rounds cannot: it
+    also reflects how lucky that arm's search was. Returns ``(strategy, Proposal)`` for each target whose
+    replay postprocesses and has not been measured; a target it does not replay into is left out.
+    """
+
+    def __init__(self, workload, contexts: dict, state: SearchState):
+        self.workload, self.contexts, self.state = workload, contexts, state
+
+    def __call__(self, source: Proposal, targets: list[str]) -> list[tuple[str, Proposal]]:
+        from tvm.s_tir.schedule import Schedule
+
+        out = []
+        for strategy in targets:
+            sch = Schedule(self.workload.mod)
+            try:
+                source.candidate.sch.trace.apply_to_schedule(sch, remove_postproc=True)
+                if not space.postprocess(sch, self.contexts[strategy]):
+                    continue
+            except Exception:  # noqa: BLE001 - this loop nest has no form in that layout: nothing to pair
+                continue
+            p = Proposal.of_schedule(sch)
+            if p.mod_hash in self.state.measured_hashes or p.mod_hash in self.state.pruned_hashes:
+                continue
+            out.append((strategy, p))
+        return out
 
 
 class Propose:

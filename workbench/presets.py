@@ -53,6 +53,9 @@ class Preset:
     # Multi-strategy sessions: every measured program is also offered to the other strategies'
     # searches (replayed under their own postprocessors), so an arm starts from the best found by any.
     cross_seed: bool = True
+    # Multi-strategy sessions in auto mode: a round's new best is also measured under the other strategies'
+    # layouts, the same loop nest, and credited to their arms (controller: "Paired layouts").
+    pair_layouts: bool = False
     # Measurement noise (docs/measurement.md): "wait" for a quiet machine and re-time a disturbed candidate,
     # "mark" it noisy only, or "off"; and how many interleaved rounds re-measure a would-be best against
     # the incumbents before it is declared best (0: none).

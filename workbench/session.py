@@ -133,7 +133,7 @@ class TuningSession(SessionLifecycle):
         self.contexts: dict = {}  # strategy -> its TuneContext (search)
         self.search_dbs: dict = {}  # strategy -> (its search's MemoryDatabase, workload entry)
         self._ctx_strategy: dict = {}  # TuneContext task name -> strategy
-        self.cross_seed = self.propose = self.predict = self.build = self.measure_step = None
+        self.cross_seed = self.pair = self.propose = self.predict = self.build = self.measure_step = None
         self.verify = self.confirm = self.record = self.learn = None
         # Wall seconds per phase of the loop in this process (the profile behind "where does a round go").
         self.phase_seconds: dict = {k: 0.0 for k in PHASES}
@@ -432,6 +432,7 @@ class TuningSession(SessionLifecycle):
         """The loop's steps (workbench/loop.py), wired to this session's collaborators and state."""
         st, w = self.state, self.workload
         self.cross_seed = loop.CrossSeed(w, self.target, self.preset, self.contexts, self.search_dbs, st)
+        self.pair = loop.PairLayouts(w, self.contexts, st)
         self.propose = loop.Propose(self.contexts, st)
         self.predict = loop.Predict(self.contexts, self.featurizer, self.model, st, self.pruner)
         self.build = loop.Build(self.builder)
@@ -673,6 +674,9 @@ class TuningSession(SessionLifecycle):
             ahead.join()
         for p, rec in measured:  # after the search ahead: it reads the search databases these records go into
             self.learn.record(strategy, p, rec)
+        if self.preset.pair_layouts:
+            with _timed(phases, "pair"):
+                self._pair(strategy, measured, best_before, t_prop)
         t = time.time()
         with _timed(phases, "train"):
             trained = self.learn.round(strategy, measured)
@@ -709,6 +713,36 @@ class TuningSession(SessionLifecycle):
             )
         )
         return len(measured)
+
+    def _pair(self, strategy: str, measured: list, best_before: float | None, t_prop: float) -> None:
+        """If the round found the session's new best, measure its loop nest under the other strategies' layouts
+        too (controller.pair_targets; loop.PairLayouts), within the trial budget, and credit each to its arm.
+        Its features, builds and timings count as the round's "pair" phase, not as its own."""
+        phases = RoundClock(self._elapsed)
+        new_best = self.state.best
+        if new_best is None or (best_before is not None and new_best["latency_ms"] >= best_before):
+            return
+        source = next((p for p, rec in measured if rec["id"] == new_best["id"]), None)
+        if source is None:
+            return
+        source_ms = new_best["latency_ms"]
+        targets = self.controller.pair_targets(strategy)[: max(0, self.trials - self.trials_done)]
+        for target, p in self.pair(source, targets):
+            if self.trials_done >= self.trials or self._stop.is_set():
+                return
+            with _timed(phases, "features"):
+                kept = self.predict(target, [p])
+            if not kept:
+                continue
+            with _timed(phases, "build"), self._bench:
+                builds = self.build(kept)
+            paired: list = []
+            self._measure_round(target, "controller", kept, builds, paired, t_prop, phases)
+            for q, rec in paired:
+                self.learn.record(target, q, rec)
+                # as for a round's best: a timing counts unless it failed (only would-be bests are verified)
+                ok = rec["error_class"] is None
+                self.controller.credit(target, rec["latency_ms"] if ok else None, source_ms)
 
     def _measure_round(self, strategy, chosen_by, proposals, builds, measured: list, t_prop, phases) -> None:
         """Time, verify and record the round's built proposals into ``measured``, between two probe readings."""
