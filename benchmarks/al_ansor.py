@@ -38,6 +38,7 @@ from every set's JSON.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -88,6 +89,8 @@ VARIANTS = {
     "adaptive-uniform": {"controller_policy": "uniform"},
     "adaptive-no-cross-seed": {"cross_seed": False},
     "adaptive-per-strategy-models": {"shared_cost_model": False},
+    "adaptive-paired": {"pair_layouts": True},
+    "adaptive-paired-per-strategy-models": {"pair_layouts": True, "shared_cost_model": False},
 }
 PAPER = {"no-rewrite": 13.81, "transform-stage": 12.41, "pre-transformed": 16.59}  # abstract; mapping inferred
 
@@ -106,6 +109,7 @@ def method_of(sess) -> str | None:
         "controller_warmup_rounds": pp.get("controller_warmup_rounds", 1),
         "cross_seed": pp.get("cross_seed", True),
         "shared_cost_model": pp.get("shared_cost_model", True),
+        "pair_layouts": pp.get("pair_layouts", False),
     }
     from workbench.presets import Preset
 
@@ -166,7 +170,10 @@ def collect(db):
             continue
         rec = store.records(session_id=sess["id"])
         finished = sess["status"] == "finished" or len(rec) >= sess["trials"]
-        ev = [e for e in store.events(session_id=sess["id"]) if e["kind"] == "round_finished"]
+        events = store.events(session_id=sess["id"])
+        ev = [e for e in events if e["kind"] == "round_finished"]
+        round_strategy = {e["data"]["round"]: e["data"]["strategy"] for e in events if e["kind"] == "round_started"}
+        pairs = _pairs(rec, round_strategy)
         phases = {}
         pruned = {p: e["data"]["round"] for e in ev for p in (e["data"].get("pruned") or [])}
         for e in ev:
@@ -182,8 +189,30 @@ def collect(db):
             "curve": _curve(rec),
             "phase_seconds": {k: round(v, 1) for k, v in phases.items()},
             "pruned": pruned,
+            "paired": len(pairs),
+            "pairs": pairs,
         }
     return runs
+
+
+def _pairs(rec, round_strategy: dict) -> list:
+    """The session's paired measurements (preset pair_layouts): a record of another strategy than its round's,
+    of the same loop nest (decisions) as a record of the round's own strategy. [source strategy, paired strategy,
+    paired latency / source latency] each, the ratio None when either has no valid latency."""
+
+    def valid(lat, err):
+        return None if isinstance(err, str) or lat is None or not math.isfinite(lat) else float(lat)
+
+    rows = list(zip(rec["round"], rec["strategy"], rec["decisions"], rec["latency_ms"], rec["error_class"]))
+    own = {(r, d): (s, valid(lat, err)) for r, s, d, lat, err in rows if round_strategy.get(r, s) == s}
+    out = []
+    for r, s, d, lat, err in rows:
+        if round_strategy.get(r, s) == s or (r, d) not in own:
+            continue
+        src, src_lat = own[(r, d)]
+        lat = valid(lat, err)
+        out.append([src, s, round(lat / src_lat, 4) if lat and src_lat else None])
+    return out
 
 
 def checkpoints(trials: int) -> list[int]:
@@ -301,6 +330,12 @@ def main():
     )
     ap.add_argument("--rerun", default=None, help="with --resume: tune these methods again from scratch (comma list)")
     ap.add_argument("--results", default=RESULTS, help="where the pages go (default docs/results)")
+    ap.add_argument(
+        "--label",
+        default=None,
+        help="name of this report beside the set's main one (e.g. a host): al_ansor_<set>_<label>.json, its own "
+        "section of the page",
+    )
     ap.add_argument("--report-only", action="store_true", help="no tuning: re-measure and report what --db holds")
     ap.add_argument(
         "--tune-only",
@@ -318,6 +353,8 @@ def main():
         _write_md(args.results)
         return
     methods = args.methods.split(",")
+    if args.label is not None and not args.label.replace("-", "").replace("_", "").isalnum():
+        sys.exit(f"al_ansor.py: --label takes letters, digits, - and _ only, got {args.label!r}")
     bad = [m for m in methods if m not in FIXED and m not in VARIANTS]
     if bad:
         sys.exit(f"al_ansor.py: unknown method {bad[0]!r}; valid: {', '.join(FIXED + list(VARIANTS))}")
@@ -401,6 +438,7 @@ def main():
 
     result = {
         "set": args.set,
+        "label": args.label,
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "trials": args.trials,
         "trials_per_round": args.trials_per_round,
@@ -418,6 +456,8 @@ def main():
         "tuning_seconds": {f"{l}|{s}|{m}": round(r["seconds"], 1) for (l, s, m), r in runs.items()},
         "phase_seconds": {f"{l}|{s}|{m}": r["phase_seconds"] for (l, s, m), r in runs.items()},
         "pruned": {f"{l}|{s}|{m}": r["pruned"] for (l, s, m), r in runs.items() if r["pruned"]},
+        "paired": {f"{l}|{s}|{m}": r["paired"] for (l, s, m), r in runs.items() if r["paired"]},
+        "pairs": {f"{l}|{s}|{m}": r["pairs"] for (l, s, m), r in runs.items() if r["pairs"]},
         "curves": {f"{l}|{s}|{m}": r["curve"] for (l, s, m), r in runs.items()},
         "wall_seconds": round(time.time() - t0, 1),
         "command": "python " + " ".join(sys.argv),
@@ -425,7 +465,7 @@ def main():
     }
     result["analysis"] = analyse(result)
     os.makedirs(args.results, exist_ok=True)
-    with open(os.path.join(args.results, f"al_ansor_{args.set}.json"), "w") as f:
+    with open(os.path.join(args.results, f"{_report_name(result)}.json"), "w") as f:
         json.dump(result, f, indent=1)
     _write_curves_html(result, args.results)
     _write_md(args.results)
@@ -502,7 +542,12 @@ def _write_curves_html(res, out_dir):
             )
         fig.update_yaxes(title_text="best ms", type="log", row=i, col=1)
     fig.update_layout(height=300 * len(layers), title=f"Best-so-far latency per method (seed 0), {res['set']} layers")
-    fig.write_html(os.path.join(out_dir, f"al_ansor_{res['set']}_curves.html"), include_plotlyjs="cdn")
+    fig.write_html(os.path.join(out_dir, f"{_report_name(res)}_curves.html"), include_plotlyjs="cdn")
+
+
+def _report_name(res) -> str:
+    """al_ansor_<set>, or al_ansor_<set>_<label> for a labelled report beside the set's main one."""
+    return f"al_ansor_{res['set']}" + (f"_{res['label']}" if res.get("label") else "")
 
 
 def _fmt(x, d=3):
@@ -522,6 +567,8 @@ def _set_md(res) -> list:
         "evaluation": "Evaluation layers (reported once per method version)",
     }[res["set"]]
     seeds, k_last = res["seeds"], res["checkpoints"][-1]
+    if res.get("label"):
+        title += f": {res['label']}"
     L = [
         f"## {title}",
         "",
@@ -579,8 +626,8 @@ def _set_md(res) -> list:
         "",
         "| layer | method | "
         + " | ".join(res["arms"])
-        + " | winner | seconds | search | build | measure | cross-seed | train |",
-        "|---|---|" + "---|" * (len(res["arms"]) + 7),
+        + " | paired | winner | seconds | search | build | measure | cross-seed | pair | train |",
+        "|---|---|" + "---|" * (len(res["arms"]) + 9),
     ]
     for l in res["layers"]:
         for m in res["methods"]:
@@ -592,15 +639,44 @@ def _set_md(res) -> list:
             L.append(
                 f"| {l} | {m} | "
                 + " | ".join(str(a.get(s, 0)) + (f" (pruned r{pr[s]})" if s in pr else "") for s in res["arms"])
+                + f" | {(res.get('paired') or {}).get(key, 0)}"
                 + f" | {res['winner_strategy'].get(key + '|' + str(k_last))} | {_fmt(res['tuning_seconds'].get(key), 0)} | "
-                + " | ".join(_fmt(ph.get(p), 0) for p in ("search", "build", "measure", "cross_seed", "train"))
+                + " | ".join(_fmt(ph.get(p), 0) for p in ("search", "build", "measure", "cross_seed", "pair", "train"))
                 + " |"
             )
+    L += _pairs_md(res)
     L += [
         "",
-        f"Interactive best-so-far curves: [al_ansor_{res['set']}_curves.html](al_ansor_{res['set']}_curves.html).",
+        f"Interactive best-so-far curves: [{_report_name(res)}_curves.html]({_report_name(res)}_curves.html).",
         "",
     ]
+    return L
+
+
+def _pairs_md(res) -> list:
+    """What the paired measurements saw: per layer, method and direction (the round's strategy -> the layout its
+    new best was also measured in), over every seed: how many, how many were faster than their source, the median
+    latency ratio (paired / source) and how many failed."""
+    groups: dict = {}
+    for key, pairs in (res.get("pairs") or {}).items():
+        layer, _seed, method = key.split("|")
+        for src, dst, ratio in pairs:
+            groups.setdefault((layer, method, src, dst), []).append(ratio)
+    if not groups:
+        return []
+    L = [
+        "",
+        "### Paired layouts: a new best's loop nest under the other strategies (all seeds)",
+        "",
+        "| layer | method | from -> to | pairs | faster than its source | median ratio (to / from) | failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (layer, method, src, dst), ratios in sorted(groups.items()):
+        ok = [x for x in ratios if x is not None]
+        L.append(
+            f"| {layer} | {method} | {src} -> {dst} | {len(ratios)} | {sum(x < 1 for x in ok)} | "
+            f"{_fmt(float(np.median(ok)) if ok else None)} | {len(ratios) - len(ok)} |"
+        )
     return L
 
 
@@ -611,7 +687,10 @@ def _write_md(out_dir):
         "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
         "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
         "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-warm2`: `optimistic-best` after a warm-up of two rounds per arm (arms in turn) instead of one; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
-        "`adaptive-uniform`, `adaptive-no-cross-seed`, `adaptive-per-strategy-models`: ablations of the design, see workbench/controller.py). Latencies are deployment "
+        "`adaptive-uniform`, `adaptive-no-cross-seed`, `adaptive-per-strategy-models`: ablations of the design, see workbench/controller.py; "
+        "`adaptive-paired`: the default with paired layouts, a round's new best also measured under the other "
+        "strategies' layouts and credited to their arms (preset `pair_layouts`; the page's `paired` column counts "
+        "those trials); `adaptive-paired-per-strategy-models`: both changes). Latencies are deployment "
         "latencies: transform-stage includes its weight copy on every call. The paper's abstract reports "
         f"{' / '.join(str(v) for v in PAPER.values())} % over its three fixed strategies (which number belongs to which "
         "strategy is not stated there).",
@@ -619,10 +698,14 @@ def _write_md(out_dir):
     ]
     found = False
     for name in ("design", "evaluation"):
-        path = os.path.join(out_dir, f"al_ansor_{name}.json")
-        if os.path.exists(path):
+        main = os.path.join(out_dir, f"al_ansor_{name}.json")
+        labelled = sorted(glob.glob(os.path.join(out_dir, f"al_ansor_{name}_*.json")))
+        for path in ([main] if os.path.exists(main) else []) + labelled:
             with open(path) as f:
-                L += _set_md(json.load(f))
+                res = json.load(f)
+            if res.get("set") != name or _report_name(res) != os.path.basename(path)[: -len(".json")]:
+                continue  # not a report of this script (e.g. an older file of another name)
+            L += _set_md(res)
             found = True
     if not found:
         L += ["No run has been reported yet.", ""]

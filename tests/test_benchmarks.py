@@ -970,6 +970,67 @@ def test_every_al_ansor_method_is_recognised_from_its_stored_session():
     assert al_ansor.method_of({"strategy_arg": "no-rewrite", "preset_params": {}}) == "no-rewrite"
 
 
+def _al_ansor_result(label=None):
+    import al_ansor
+
+    methods = ["no-rewrite", "transform-stage", "pre-transformed", "adaptive-paired"]
+    lat = {"no-rewrite": 1.2, "transform-stage": 1.5, "pre-transformed": 1.0, "adaptive-paired": 0.95}
+    key = "resnet18.conv2|0"
+    res = {
+        "set": "design",
+        "label": label,
+        "date": "2026-12-03 22:00",
+        "trials": 128,
+        "trials_per_round": 8,
+        "seeds": [0],
+        "layers": ["resnet18.conv2"],
+        "methods": methods,
+        "arms": al_ansor.FIXED,
+        "repeats": 21,
+        "target": {"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
+        "checkpoints": [128],
+        "latency_ms": {f"{key}|{m}|128": v for m, v in lat.items()},
+        "spread": {f"{key}|{m}|128": 0.05 for m in methods},
+        "winner_strategy": {f"{key}|{m}|128": "pre-transformed" for m in methods},
+        "allocation": {f"{key}|{m}": {"pre-transformed": 128} for m in methods},
+        "tuning_seconds": {f"{key}|{m}": 100.0 for m in methods},
+        "phase_seconds": {f"{key}|{m}": {"search": 50.0, "pair": 3.0} for m in methods},
+        "pruned": {},
+        "paired": {f"{key}|adaptive-paired": 3},
+        "pairs": {
+            f"{key}|adaptive-paired": [
+                ["no-rewrite", "pre-transformed", 0.9],
+                ["no-rewrite", "pre-transformed", 1.3],
+                ["no-rewrite", "transform-stage", None],
+            ]
+        },
+        "curves": {f"{key}|{m}": [2.0, lat[m]] for m in methods},
+        "wall_seconds": 600.0,
+        "command": "python benchmarks/al_ansor.py --set design",
+        "protocol": None,
+    }
+    res["analysis"] = al_ansor.analyse(res)
+    return res
+
+
+def test_al_ansor_page_has_a_section_per_report_and_counts_paired_trials(tmp_path):
+    import al_ansor
+
+    for res in (_al_ansor_result(), _al_ansor_result("znver4")):
+        with open(tmp_path / f"{al_ansor._report_name(res)}.json", "w") as f:
+            json.dump(res, f)
+    (tmp_path / "al_ansor_design_conv7_old.json").write_text(json.dumps(_al_ansor_result()))  # not named as it says
+    al_ansor._write_md(str(tmp_path))
+    md = (tmp_path / "al_ansor.md").read_text()
+    assert md.count("## Design layers") == 2 and "## Design layers (where the method is developed): znver4" in md
+    assert md.index("developed)\n") < md.index("developed): znver4")  # the set's main report first
+    assert "| paired |" in md and "| resnet18.conv2 | adaptive-paired | 0 | 0 | 128 | 3 | pre-transformed |" in md
+    assert "| resnet18.conv2 | adaptive-paired | no-rewrite -> pre-transformed | 2 | 1 | 1.100 | 0 |" in md
+    assert "| no-rewrite -> transform-stage | 1 | 0 | - | 1 |" in md
+    # 1.0 / 0.95 - 1 over the best fixed strategy (pre-transformed)
+    assert "| adaptive-paired | +26.3 %; geo 26.3 %; 1/1 |" in md and "geo 5.3 %; 1/1 | 1.00x |" in md
+
+
 def test_throughput_page_shows_each_repeat_side_by_side_and_the_workbench_waits(tmp_path):
     import measure_throughput as mt
 
@@ -1021,3 +1082,21 @@ def test_workbench_noise_waits_sums_the_sessions_waits(tmp_path):
         store.add_event(1, ev.EventKind.MEASUREMENT_NOISE.value, 0.0, 0.0, data)
     store.close()
     assert _tuners.workbench_noise_waits(db) == pytest.approx(32.5)
+
+
+def test_al_ansor_finds_each_paired_measurement_and_its_source():
+    import al_ansor
+    import pandas as pd
+
+    rec = pd.DataFrame(
+        {
+            "round": [1, 1, 1, 2, 2, 2],
+            "strategy": ["no-rewrite", "no-rewrite", "pre-transformed", "pre-transformed", "no-rewrite", "no-rewrite"],
+            "decisions": ["a", "b", "b", "c", "c", "d"],
+            "latency_ms": [2.0, 1.0, 0.8, 0.5, None, 0.7],
+            "error_class": [None, None, None, None, "wrong-result", None],
+        }
+    )
+    # round 2 was pre-transformed's: its new best "c" paired into no-rewrite failed; "d" is no pair (no source)
+    got = al_ansor._pairs(rec, {1: "no-rewrite", 2: "pre-transformed"})
+    assert got == [["no-rewrite", "pre-transformed", 0.8], ["pre-transformed", "no-rewrite", None]]
