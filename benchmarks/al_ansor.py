@@ -196,23 +196,15 @@ def collect(db):
 
 
 def _pairs(rec, round_strategy: dict) -> list:
-    """The session's paired measurements (preset pair_layouts): a record of another strategy than its round's,
-    of the same loop nest (decisions) as a record of the round's own strategy. [source strategy, paired strategy,
-    paired latency / source latency] each, the ratio None when either has no valid latency."""
+    """The session's paired measurements (preset pair_layouts; workbench.loop.paired_measurements): [source
+    strategy, paired strategy, paired latency / source latency] each, the ratio None when either has no valid
+    latency."""
+    from workbench.loop import paired_measurements
 
-    def valid(lat, err):
-        return None if isinstance(err, str) or lat is None or not math.isfinite(lat) else float(lat)
-
-    rows = list(zip(rec["round"], rec["strategy"], rec["decisions"], rec["latency_ms"], rec["error_class"]))
-    own = {(r, d): (s, valid(lat, err)) for r, s, d, lat, err in rows if round_strategy.get(r, s) == s}
-    out = []
-    for r, s, d, lat, err in rows:
-        if round_strategy.get(r, s) == s or (r, d) not in own:
-            continue
-        src, src_lat = own[(r, d)]
-        lat = valid(lat, err)
-        out.append([src, s, round(lat / src_lat, 4) if lat and src_lat else None])
-    return out
+    return [
+        [p.source, p.strategy, round(p.latency_ms / p.source_ms, 4) if p.latency_ms and p.source_ms else None]
+        for p in paired_measurements(rec, round_strategy)
+    ]
 
 
 def checkpoints(trials: int) -> list[int]:

@@ -401,3 +401,13 @@ def test_paired_layouts_measure_each_new_best_loop_nest_under_the_other_strategi
     # the loop's profile has the pairings' own phase
     finished = [e for e in events if e.kind == "round_finished"]
     assert sum(e.data["phase_seconds"]["pair"] for e in finished) > 0
+    # resumed from the store, the arms hold the same trials, pairings and pairing losses
+    again = TuningSession.resume(str(tmp_path / "r.db"), session_id=s.session_id)
+    again.run()
+    restored = again.controller.arms
+    for name, arm in s.controller.arms.items():
+        assert (restored[name].trials, restored[name].paired, restored[name].pair_losses) == (
+            arm.trials,
+            arm.paired,
+            arm.pair_losses,
+        )

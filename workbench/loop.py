@@ -199,6 +199,37 @@ class PairLayouts:
         return out
 
 
+@dataclass(frozen=True)
+class PairedMeasurement:
+    """A stored pairing: the loop nest of a ``source`` round's program measured in ``strategy``'s layout.
+    Latencies in ms; None where that timing failed."""
+
+    source: str
+    strategy: str
+    latency_ms: float | None
+    source_ms: float | None
+
+
+def paired_measurements(records, round_strategy: dict) -> list[PairedMeasurement]:
+    """The pairings among a session's ``records`` (its ``records()`` frame, in trial order), found from what the
+    store holds: a record of another strategy than its round's (``round_strategy``: round -> strategy, from the
+    ``round_started`` events), with the same loop nest (decisions) as a record of the round's own strategy."""
+
+    def valid(lat, err):
+        return None if isinstance(err, str) or lat is None or not math.isfinite(lat) else float(lat)
+
+    rows = list(
+        zip(records["round"], records["strategy"], records["decisions"], records["latency_ms"], records["error_class"])
+    )
+    own = {(r, d): (s, valid(lat, err)) for r, s, d, lat, err in rows if round_strategy.get(r, s) == s}
+    out = []
+    for r, s, d, lat, err in rows:
+        if round_strategy.get(r, s) != s and (r, d) in own:
+            src, src_ms = own[(r, d)]
+            out.append(PairedMeasurement(src, s, valid(lat, err), src_ms))
+    return out
+
+
 class Propose:
     """Up to n programs never measured before, from a strategy's evolutionary search."""
 

@@ -479,12 +479,27 @@ class TuningSession(SessionLifecycle):
                 db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
                 st.seed_pool.append((float(np.mean(run_secs)), row["strategy"], sch.trace, run_secs))
         self._restore_bests()
-        for s in self.strategies:
-            sub = rec[rec["strategy"] == s]
-            if len(sub):
-                ok = sub[sub["error_class"].isna()]
-                self.controller.observe(s, ok["latency_ms"].min() if len(ok) else None, None, int(len(sub)))
+        self._restore_arms(rec)
         self.model.train()
+
+    def _restore_arms(self, rec) -> None:
+        """The controller's arms from the session's records: each strategy's own rounds as one observed round,
+        then its pairings (loop.paired_measurements) credited in the order they were measured, so the arms'
+        trials, paired counts and pairing losses are what they were."""
+        round_strategy = {
+            e["data"]["round"]: e["data"]["strategy"]
+            for e in self.store.events(self.session_id)
+            if e["kind"] == "round_started"
+        }
+        pairs = loop.paired_measurements(rec, round_strategy) if len(rec) else []
+        for s in self.strategies:
+            own = rec[(rec["strategy"] == s) & rec["round"].map(lambda r, s=s: round_strategy.get(r, s) == s)]
+            if len(own):
+                ok = own[own["error_class"].isna()]
+                self.controller.observe(s, ok["latency_ms"].min() if len(ok) else None, None, int(len(own)))
+        for p in pairs:
+            if p.strategy in self.controller.arms:
+                self.controller.credit(p.strategy, p.latency_ms, p.source_ms if p.source_ms is not None else math.inf)
 
     def _restore_bests(self) -> None:
         st = self.state
