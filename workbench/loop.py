@@ -134,7 +134,6 @@ class CrossSeed:
         if not self.preset.cross_seed or len(self.search_dbs) < 2:
             return 0
         from tvm.s_tir import meta_schedule as ms
-        from tvm.s_tir.schedule import Schedule
 
         st = self.state
         db, wl = self.search_dbs[strategy]
@@ -152,12 +151,8 @@ class CrossSeed:
                 continue
             tried.add(i)
             _, _, trace, run_secs = st.seed_pool[i]
-            sch = Schedule(self.workload.mod)
-            try:
-                trace.apply_to_schedule(sch, remove_postproc=True)
-                if not space.postprocess(sch, self.contexts[strategy]):
-                    continue
-            except Exception:  # noqa: BLE001 - not replayable under this strategy: not a seed for it
+            sch = space.replay_under(self.workload, trace, self.contexts[strategy])
+            if sch is None:  # not replayable under this strategy: not a seed for it
                 continue
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             db.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, run_secs, self.target, args))
@@ -181,16 +176,10 @@ class PairLayouts:
         self.workload, self.contexts, self.state = workload, contexts, state
 
     def __call__(self, source: Proposal, targets: list[str]) -> list[tuple[str, Proposal]]:
-        from tvm.s_tir.schedule import Schedule
-
         out = []
         for strategy in targets:
-            sch = Schedule(self.workload.mod)
-            try:
-                source.candidate.sch.trace.apply_to_schedule(sch, remove_postproc=True)
-                if not space.postprocess(sch, self.contexts[strategy]):
-                    continue
-            except Exception:  # noqa: BLE001 - this loop nest has no form in that layout: nothing to pair
+            sch = space.replay_under(self.workload, source.candidate.sch.trace, self.contexts[strategy])
+            if sch is None:  # this loop nest has no form in that layout: nothing to pair
                 continue
             p = Proposal.of_schedule(sch)
             if p.mod_hash in self.state.measured_hashes or p.mod_hash in self.state.pruned_hashes:

@@ -69,13 +69,9 @@ def strategy_of_trace(workload, trace, contexts: dict) -> str | None:
 
     want = via_json(trace)
     for name, ctx in contexts.items():
-        sch = Schedule(workload.mod)
-        try:
-            trace.apply_to_schedule(sch, remove_postproc=True)
-            if space.postprocess(sch, ctx) and via_json(sch.trace) == want:
-                return name
-        except Exception:  # noqa: BLE001 - this strategy's postprocessors reject the program: not its maker
-            continue
+        sch = space.replay_under(workload, trace, ctx)  # None: its postprocessors reject it, not its maker
+        if sch is not None and via_json(sch.trace) == want:
+            return name
     return None
 
 

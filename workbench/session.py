@@ -492,8 +492,9 @@ class TuningSession(SessionLifecycle):
             if e["kind"] == "round_started"
         }
         pairs = loop.paired_measurements(rec, round_strategy) if len(rec) else []
+        of_own_round = np.array([round_strategy.get(r, s) == s for r, s in zip(rec["round"], rec["strategy"])], bool)
         for s in self.strategies:
-            own = rec[(rec["strategy"] == s) & rec["round"].map(lambda r, s=s: round_strategy.get(r, s) == s)]
+            own = rec[of_own_round & (rec["strategy"] == s)]
             if len(own):
                 ok = own[own["error_class"].isna()]
                 self.controller.observe(s, ok["latency_ms"].min() if len(ok) else None, None, int(len(own)))
@@ -742,17 +743,20 @@ class TuningSession(SessionLifecycle):
             return
         source_ms = new_best["latency_ms"]
         targets = self.controller.pair_targets(strategy)[: max(0, self.trials - self.trials_done)]
-        for target, p in self.pair(source, targets):
+        kept: list = []  # (strategy, proposal): the pairings the cost model's pruning lets through
+        with _timed(phases, "features"):
+            for target, p in self.pair(source, targets):
+                kept += [(target, q) for q in self.predict(target, [p])]
+        if not kept:
+            return
+        with _timed(phases, "build"), self._bench:
+            builds = self.build([q for _t, q in kept])  # one parallel build for all of them
+        for (target, q), b in zip(kept, builds):
             if self.trials_done >= self.trials or self._stop.is_set():
-                return
-            with _timed(phases, "features"):
-                kept = self.predict(target, [p])
-            if not kept:
+                self.build.discard([b], keep=set())
                 continue
-            with _timed(phases, "build"), self._bench:
-                builds = self.build(kept)
             paired: list = []
-            self._measure_round(target, "controller", kept, builds, paired, t_prop, phases)
+            self._measure_round(target, "controller", [q], [b], paired, t_prop, phases)
             for q, rec in paired:
                 self.learn.record(target, q, rec)
                 # as for a round's best: a timing counts unless it failed (only would-be bests are verified)

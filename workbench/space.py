@@ -342,6 +342,20 @@ def postprocess(sch, ctx) -> bool:
     return all(p.apply(sch) for p in ctx.space_generator.postprocs)
 
 
+def replay_under(workload, trace, ctx):
+    """The loop nest of ``trace`` (its postprocessors removed) under ``ctx``'s postprocessors: for another layout
+    strategy, the same loop nest in that strategy's weight layout. None when it does not replay there (a
+    postprocessor rejects it, or a step has no form in that layout)."""
+    from tvm.s_tir.schedule import Schedule
+
+    sch = Schedule(workload.mod)
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        return sch if postprocess(sch, ctx) else None
+    except Exception:  # noqa: BLE001 - not a program of this strategy: the caller skips it
+        return None
+
+
 def schedule_from_trace_json(workload, trace_json: str):
     """Replay a stored trace (postprocs included) onto the workload."""
     from tvm.s_tir.schedule import Schedule, Trace
