@@ -25,11 +25,18 @@ one line when the machine is busy; ``--force`` marks the result invalid), the
 calibration probe before and after, every thread pool sized to ``--threads``.
 Runs are resumable: ``--resume`` keeps every finished session in ``--db`` and
 extends shorter ones to ``--trials`` (so a 128-trial run grows into the 256 one).
+Every finished session is also written to the ledger (``--ledger``, default
+docs/results/al_ansor_sessions/<set>/, one small JSON file per run, committed with
+the code): its summary, the commit that tuned it and its best program at each
+checkpoint as a trace. ``--resume`` keeps the ledger's runs too and
+``--report-only`` re-measures them from their traces, so a run of many hours can
+go on over several machines, whose stores do not outlive them.
 
     python benchmarks/al_ansor.py --set design --seeds 3 --resume
     python benchmarks/al_ansor.py --set evaluation --seeds 3 --trials 256 --resume
     python benchmarks/al_ansor.py --set design --methods adaptive-uniform,adaptive-lam0 --resume
     python benchmarks/al_ansor.py --set evaluation --layers vgg16.conv5_1 --tune-only --resume  # one at a time
+    python benchmarks/al_ansor.py --set design --export-only  # a store tuned before the ledger, into it
 
 writes docs/results/al_ansor_<set>.json and _curves.html, and docs/results/al_ansor.md
 from every set's JSON.
@@ -157,9 +164,23 @@ def _curve(rec):
     return out
 
 
-def collect(db):
-    """Every session in ``db`` that ran one of our methods: {(layer, seed, method): run}; a session whose
-    process died after its last trial (before its status was written) counts as finished."""
+def collect(db, ledger=None):
+    """Every run of one of our methods: {(layer, seed, method): run}, from the sessions in ``db`` and, for the
+    runs ``db`` does not hold, from the ``ledger`` folder (``export_runs``). A session whose process died after its
+    last trial (before its status was written) counts as finished. ``run["best"]``: per checkpoint (``"128"``,
+    ...), the best verified program among the run's first k trials (``mod_hash``, ``strategy``, in-tuning
+    ``latency_ms``, ``trace``), or None; ``run["commit"]``: the commit that tuned it, when the ledger knows."""
+    held = load_ledger(ledger) if ledger else {}
+    runs = dict(held)
+    if db and os.path.exists(db):
+        for key, run in _collect_store(db).items():
+            old = held.get(key)
+            same = old and (old["session_id"], old["created_at"]) == (run["session_id"], run["created_at"])
+            runs[key] = {**run, "commit": old.get("commit") if same else None}
+    return runs
+
+
+def _collect_store(db):
     from workbench import RecordStore
 
     store = RecordStore(db, readonly=True)
@@ -168,7 +189,7 @@ def collect(db):
         m = method_of(sess)
         if m is None:
             continue
-        rec = store.records(session_id=sess["id"])
+        rec = store.records(session_id=sess["id"], with_trace=True).reset_index(drop=True)
         finished = sess["status"] == "finished" or len(rec) >= sess["trials"]
         events = store.events(session_id=sess["id"])
         ev = [e for e in events if e["kind"] == "round_finished"]
@@ -191,8 +212,97 @@ def collect(db):
             "pruned": pruned,
             "paired": len(pairs),
             "pairs": pairs,
+            "best": {str(k): _best_of(rec.iloc[:k]) for k in checkpoints(len(rec))} if len(rec) else {},
+            "created_at": sess["created_at"],
+            "versions": sess["versions"],
+            "preset_params": sess["preset_params"],
+            "source": "store",
         }
     return runs
+
+
+def _best_of(head):
+    ok = head[head["error_class"].isna() & head["verified"]]
+    if not len(ok):
+        return None
+    best = ok.loc[ok["latency_ms"].idxmin()]
+    return {
+        "mod_hash": best["mod_hash"],
+        "strategy": best["strategy"],
+        "latency_ms": float(best["latency_ms"]),
+        "trace": best["trace"],
+    }
+
+
+# The ledger: one small JSON file per finished run (its summary and its best program at each checkpoint, as a
+# trace), kept in the repository. A benchmark store is one machine's (tens of MB, gone with the machine); the
+# ledger lets a run of many sessions go on over several machines and its page be re-measured from the traces.
+LEDGER = os.path.join(RESULTS, "al_ansor_sessions")
+
+
+def _ledger_path(ledger, key) -> str:
+    layer, seed, method = key
+    return os.path.join(ledger, f"{layer}__seed{seed}__{method}.json")
+
+
+def load_ledger(ledger) -> dict:
+    """{(layer, seed, method): run} for every run file in ``ledger`` (missing folder: none)."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(ledger, "*.json"))):
+        with open(path) as f:
+            entry = json.load(f)
+        runs[(entry["layer"], entry["seed"], entry["method"])] = {
+            **entry["run"],
+            "commit": entry.get("commit"),
+            "source": "ledger",
+        }
+    return runs
+
+
+def export_runs(runs, ledger, commit=None, tuned=()) -> list:
+    """Write each finished run of ``runs`` that came from a store into ``ledger``, unless the ledger already holds
+    the same session at the same length; ``commit`` is recorded for the runs in ``tuned`` (the ones this process
+    tuned), None for older ones. Atomic per file. Returns the paths written."""
+    os.makedirs(ledger, exist_ok=True)
+    written = []
+    for key, run in sorted(runs.items()):
+        if run.get("source") != "store" or not run["finished"]:
+            continue
+        path = _ledger_path(ledger, key)
+        if os.path.exists(path):
+            with open(path) as f:
+                old = json.load(f)
+            if old["run"]["session_id"] == run["session_id"] and old["run"]["trials"] == run["trials"]:
+                continue
+        entry = {
+            "layer": key[0],
+            "seed": key[1],
+            "method": key[2],
+            "commit": commit if key in tuned else run.get("commit"),
+            "run": {k: v for k, v in run.items() if k not in ("source", "commit")},
+        }
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(entry, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
+def git_commit(root=ROOT) -> str | None:
+    """The checkout's commit, with "+dirty" when tracked files differ from it; None outside git."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--"], capture_output=True).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def _pairs(rec, round_strategy: dict) -> list:
@@ -328,7 +438,21 @@ def main():
         help="name of this report beside the set's main one (e.g. a host): al_ansor_<set>_<label>.json, its own "
         "section of the page",
     )
-    ap.add_argument("--report-only", action="store_true", help="no tuning: re-measure and report what --db holds")
+    ap.add_argument(
+        "--ledger",
+        default=None,
+        help="folder of finished runs kept in the repository, one JSON file each (default "
+        "docs/results/al_ansor_sessions/<set>): every finished session is written there, and the runs --db lacks "
+        "are taken from there (kept, and re-measured from their traces)",
+    )
+    ap.add_argument(
+        "--report-only", action="store_true", help="no tuning: re-measure and report what --db and the ledger hold"
+    )
+    ap.add_argument(
+        "--export-only",
+        action="store_true",
+        help="no tuning, no timing: write --db's finished runs into the ledger (e.g. a store tuned before the ledger)",
+    )
     ap.add_argument(
         "--tune-only",
         action="store_true",
@@ -351,8 +475,15 @@ def main():
     if bad:
         sys.exit(f"al_ansor.py: unknown method {bad[0]!r}; valid: {', '.join(FIXED + list(VARIANTS))}")
     db = args.db or os.path.join(ROOT, "benchmarks", "out", f"al_ansor-{args.set}.db")
+    ledger = args.ledger or os.path.join(LEDGER, args.set)
+    if args.export_only:
+        if not os.path.exists(db):
+            sys.exit(f"al_ansor.py: no records store {db!r} to export")
+        written = export_runs(collect(db), ledger)
+        print(f"al_ansor.py: {len(written)} runs written to {ledger}", file=sys.stderr)
+        return
 
-    from workbench import RecordStore, tvm_env
+    from workbench import tvm_env
 
     layers = args.layers.split(",") if args.layers else SETS[args.set]
     seeds = list(range(args.seeds))
@@ -360,7 +491,10 @@ def main():
     target = tvm_env.host_target_dict(args.threads)
     t0 = time.time()
     if args.report_only:
-        target = next(iter(collect(db).values()))["target"]
+        held = collect(db, ledger)
+        if not held:
+            sys.exit(f"al_ansor.py: no runs in {db!r} or {ledger!r} to report")
+        target = next(iter(held.values()))["target"]
     threads = int(target["num-cores"])
     _quiet.set_thread_env(threads)
     # every comparison on the page comes from one interleaved re-measurement (remeasure): a slow host is
@@ -370,24 +504,29 @@ def main():
     if not args.report_only:
         os.makedirs(os.path.dirname(db), exist_ok=True)
         prev = {}
-        if args.resume and os.path.exists(db):
+        if args.resume:
             rerun = set(args.rerun.split(",")) if args.rerun else set()
-            prev = {k: v for k, v in collect(db).items() if k[2] not in rerun}
+            prev = {k: v for k, v in collect(db, ledger).items() if k[2] not in rerun}
         else:
             from workbench.store import remove_store
 
             remove_store(db)
+        commit = git_commit()
         for layer in layers:
             for seed in seeds:
                 for m in methods:
                     old = prev.get((layer, seed, m))
                     if old and old["finished"] and old["trials"] >= args.trials:
+                        where = db if old["source"] == "store" else ledger
                         print(
-                            f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {db}",
+                            f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {where}",
                             file=sys.stderr,
                             flush=True,
                         )
                         continue
+                    if old and old["source"] == "ledger":
+                        # its store is another machine's: the run starts again here
+                        old = None
                     protocol.phase(f"tuning {layer} seed {seed} {m}")
                     how = f"extended from {old['trials']} trials" if old else "new"
                     print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m} ({how})", file=sys.stderr, flush=True)
@@ -402,22 +541,24 @@ def main():
                         target,
                         resume_id=old["session_id"] if old else None,
                     )
+                    export_runs(
+                        {k: v for k, v in collect(db).items() if k == (layer, seed, m)},
+                        ledger,
+                        commit=commit,
+                        tuned={(layer, seed, m)},
+                    )
     if args.tune_only:
         protocol.finish()
         print(f"[{time.time() - t0:7.0f}s] tuned into {db}; not re-measured (--tune-only)", file=sys.stderr)
         return
-    runs = {k: v for k, v in collect(db).items() if k[0] in layers and k[1] in seeds and k[2] in methods}
-    store = RecordStore(db, readonly=True)
+    runs = {k: v for k, v in collect(db, ledger).items() if k[0] in layers and k[1] in seeds and k[2] in methods}
     # The best verified program of each run at each checkpoint; one timing per distinct program.
     entries, best_at, winner = {}, {}, {}
     for (layer, seed, m), r in runs.items():
-        recs = store.records(session_id=r["session_id"], with_trace=True).reset_index(drop=True)
         for k in checkpoints(r["trials"]):
-            head = recs.iloc[:k]
-            ok = head[head["error_class"].isna() & head["verified"]]
-            if not len(ok):
+            best = r["best"].get(str(k))
+            if best is None:
                 continue
-            best = ok.loc[ok["latency_ms"].idxmin()]
             key = (layer, best["mod_hash"])
             entries.setdefault(key, (key, layer, {"trace": best["trace"]}))
             best_at[(layer, seed, m, k)] = key
@@ -451,6 +592,7 @@ def main():
         "paired": {f"{l}|{s}|{m}": r["paired"] for (l, s, m), r in runs.items() if r["paired"]},
         "pairs": {f"{l}|{s}|{m}": r["pairs"] for (l, s, m), r in runs.items() if r["pairs"]},
         "curves": {f"{l}|{s}|{m}": r["curve"] for (l, s, m), r in runs.items()},
+        "tuned_at_commit": {f"{l}|{s}|{m}": r.get("commit") for (l, s, m), r in runs.items()},
         "wall_seconds": round(time.time() - t0, 1),
         "command": "python " + " ".join(sys.argv),
         "protocol": protocol.summary(),
