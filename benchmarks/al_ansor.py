@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import json
 import math
 import os
@@ -449,6 +450,14 @@ def main():
         "--report-only", action="store_true", help="no tuning: re-measure and report what --db and the ledger hold"
     )
     ap.add_argument(
+        "--stop-by",
+        default=None,
+        metavar="HH:MM",
+        help="start no session that would end after this local time, today's or else tomorrow's (judged by the "
+        "longest session so far in this run), then stop as --tune-only does: a machine lent for a while, the rest "
+        "left to --resume",
+    )
+    ap.add_argument(
         "--export-only",
         action="store_true",
         help="no tuning, no timing: write --db's finished runs into the ledger (e.g. a store tuned before the ledger)",
@@ -474,6 +483,17 @@ def main():
     bad = [m for m in methods if m not in FIXED and m not in VARIANTS]
     if bad:
         sys.exit(f"al_ansor.py: unknown method {bad[0]!r}; valid: {', '.join(FIXED + list(VARIANTS))}")
+    stop_by = None
+    if args.stop_by is not None:
+        try:
+            hh, mm = (int(x) for x in args.stop_by.split(":"))
+            if not (0 <= hh < 24 and 0 <= mm < 60):
+                raise ValueError
+        except ValueError:
+            sys.exit(f"al_ansor.py: --stop-by takes a local time HH:MM, got {args.stop_by!r}")
+        stop_by = time.mktime(time.localtime()[:3] + (hh, mm, 0, 0, 0, -1))
+        if stop_by < time.time():
+            stop_by += 86400  # the next time the clock reads HH:MM
     db = args.db or os.path.join(ROOT, "benchmarks", "out", f"al_ansor-{args.set}.db")
     ledger = args.ledger or os.path.join(LEDGER, args.set)
     if args.export_only:
@@ -512,41 +532,48 @@ def main():
 
             remove_store(db)
         commit = git_commit()
-        for layer in layers:
-            for seed in seeds:
-                for m in methods:
-                    old = prev.get((layer, seed, m))
-                    if old and old["finished"] and old["trials"] >= args.trials:
-                        where = db if old["source"] == "store" else ledger
-                        print(
-                            f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {where}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                        continue
-                    if old and old["source"] == "ledger":
-                        # its store is another machine's: the run starts again here
-                        old = None
-                    protocol.phase(f"tuning {layer} seed {seed} {m}")
-                    how = f"extended from {old['trials']} trials" if old else "new"
-                    print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m} ({how})", file=sys.stderr, flush=True)
-                    tune(
-                        layer,
-                        m,
-                        args.trials,
-                        seed,
-                        db,
-                        arms,
-                        args.trials_per_round,
-                        target,
-                        resume_id=old["session_id"] if old else None,
-                    )
-                    export_runs(
-                        {k: v for k, v in collect(db).items() if k == (layer, seed, m)},
-                        ledger,
-                        commit=commit,
-                        tuned={(layer, seed, m)},
-                    )
+        longest = 0.0
+        for layer, seed, m in itertools.product(layers, seeds, methods):
+            old = prev.get((layer, seed, m))
+            if old and old["finished"] and old["trials"] >= args.trials:
+                where = db if old["source"] == "store" else ledger
+                print(
+                    f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m}: kept from {where}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                continue
+            if old and old["source"] == "ledger":
+                # its store is another machine's: the run starts again here
+                old = None
+            if stop_by is not None and time.time() + longest > stop_by:
+                protocol.finish()
+                print(
+                    f"[{time.time() - t0:7.0f}s] stopped before {args.stop_by} (--stop-by); go on with --resume",
+                    file=sys.stderr,
+                )
+                return
+            protocol.phase(f"tuning {layer} seed {seed} {m}")
+            how = f"extended from {old['trials']} trials" if old else "new"
+            print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m} ({how})", file=sys.stderr, flush=True)
+            _, took = tune(
+                layer,
+                m,
+                args.trials,
+                seed,
+                db,
+                arms,
+                args.trials_per_round,
+                target,
+                resume_id=old["session_id"] if old else None,
+            )
+            longest = max(longest, took)
+            export_runs(
+                {k: v for k, v in collect(db).items() if k == (layer, seed, m)},
+                ledger,
+                commit=commit,
+                tuned={(layer, seed, m)},
+            )
     if args.tune_only:
         protocol.finish()
         print(f"[{time.time() - t0:7.0f}s] tuned into {db}; not re-measured (--tune-only)", file=sys.stderr)
