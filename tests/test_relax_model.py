@@ -217,6 +217,20 @@ def test_int8_resnet18_is_the_float_network_quantized_with_u8_s8_convs(tmp_path)
     assert np.array_equal(out, out2)
 
 
+def test_every_int8_conv_maps_onto_vnni_the_stem_through_zero_weight_channels():
+    """vpdpbusd multiplies input channels four at a time: the stem's 3 channels are padded to 4 with zero weights,
+    so that its task, like every other conv, is tiled for the instruction (16 output channels: width 16)."""
+    from workbench import intrinsics, space, tvm_env
+
+    q = rm.resnet18_int8(image=32, width=16, stages=1, classes=10)
+    convs = [t for t in rm.extract(q) if "conv2d" in t.task_name]
+    stem = [t for t in convs if any(list(a) == [7, 7, 4, 16] for a in t.arg_shapes)]  # HWIO, 4 input channels
+    assert len(stem) == 1, [t.arg_shapes for t in convs]
+    vnni = tvm_env.make_target({"kind": "llvm", "mcpu": "cascadelake", "num-cores": 1})
+    for t in convs:
+        assert any(s.intrinsics == [intrinsics.VNNI] for s in space.design_spaces(t, "pre-transformed", vnni)), t
+
+
 def test_a_padded_weight_rewrite_keeps_every_weight_in_place():
     """A layout rewrite that pads (1000 classes in blocks of 16: 63 x 16 = 1008 slots) moves each weight where the
     index map says and leaves zeros in the padding (TVM's map_tensor refuses padded maps)."""

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import tvm_env
+from . import intrinsics, tvm_env
 from .errors import WorkbenchError
 from .workloads import Workload
 
@@ -369,10 +369,17 @@ def _resnet18_int8_module(shape: tuple, cfg: dict, q: dict):
         w = q[layer + ".weight_q"]
         s_in, zp_in = (float(v) for v in q[src + ".act"])
         s_out, zp_out = (float(v) for v in q[layer + ".act"])
-        if pad and zp_in:  # pad with the zero point (the value 0.0), as PyTorch does
-            y = bb.emit(relax.op.nn.pad(y, [0, 0, pad, pad, pad, pad, 0, 0], pad_value=zp_in))
-            pad = 0
-        hwio = const(np.ascontiguousarray(w.transpose(2, 3, 1, 0)), "int8")
+        # vpdpbusd multiplies input channels four at a time: a conv with fewer (the stem's 3) gets zero-weight
+        # channels up to the next multiple, so that it maps onto the instruction too; what the padded activations
+        # hold is then multiplied by zero
+        extra = -w.shape[1] % intrinsics.INTRINSICS[intrinsics.VNNI].reduce
+        space_pad = pad if zp_in else 0  # pad with the zero point (the value 0.0), as PyTorch does
+        if space_pad or extra:
+            widths = [0, 0, space_pad, space_pad, space_pad, space_pad, 0, extra]
+            y = bb.emit(relax.op.nn.pad(y, widths, pad_value=zp_in))
+            pad -= space_pad
+        wide = np.concatenate([w, np.zeros((w.shape[0], extra) + w.shape[2:], w.dtype)], axis=1)
+        hwio = const(np.ascontiguousarray(wide.transpose(2, 3, 1, 0)), "int8")
         acc = bb.emit(
             relax.op.nn.conv2d(
                 y, hwio, strides=stride, padding=pad, data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32"
