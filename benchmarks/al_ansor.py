@@ -165,32 +165,33 @@ def _curve(rec):
     return out
 
 
-def collect(db, ledger=None):
+def collect(db, ledger=None, session_id=None):
     """Every run of one of our methods: {(layer, seed, method): run}, from the sessions in ``db`` and, for the
     runs ``db`` does not hold, from the ``ledger`` folder (``export_runs``). A session whose process died after its
     last trial (before its status was written) counts as finished. ``run["best"]``: per checkpoint (``"128"``,
     ...), the best verified program among the run's first k trials (``mod_hash``, ``strategy``, in-tuning
-    ``latency_ms``, ``trace``), or None; ``run["commit"]``: the commit that tuned it, when the ledger knows."""
+    ``latency_ms``, ``trace``), or None; ``run["commit"]``: the commit that tuned it, when the ledger knows.
+    ``session_id``: only that session of ``db`` (and no ledger runs)."""
     held = load_ledger(ledger) if ledger else {}
     runs = dict(held)
     if db and os.path.exists(db):
-        for key, run in _collect_store(db).items():
+        for key, run in _collect_store(db, session_id).items():
             old = held.get(key)
             same = old and (old["session_id"], old["created_at"]) == (run["session_id"], run["created_at"])
             runs[key] = {**run, "commit": old.get("commit") if same else None}
     return runs
 
 
-def _collect_store(db):
+def _collect_store(db, session_id=None):
     from workbench import RecordStore
 
     store = RecordStore(db, readonly=True)
     runs = {}
     for sess in store.sessions():
         m = method_of(sess)
-        if m is None:
+        if m is None or session_id not in (None, sess["id"]):
             continue
-        rec = store.records(session_id=sess["id"], with_trace=True).reset_index(drop=True)
+        rec = store.records(session_id=sess["id"]).reset_index(drop=True)
         finished = sess["status"] == "finished" or len(rec) >= sess["trials"]
         events = store.events(session_id=sess["id"])
         ev = [e for e in events if e["kind"] == "round_finished"]
@@ -207,13 +208,21 @@ def _collect_store(db):
             "finished": finished,
             "trials": len(rec),
             "seconds": float(rec["elapsed_s"].max()) if len(rec) else 0.0,
+            # the session's elapsed time when its k-th trial was recorded: the wall time of a k-trial session
+            "seconds_at": {str(k): round(float(rec["elapsed_s"].iloc[k - 1]), 1) for k in checkpoints(len(rec))}
+            if len(rec)
+            else {},
             "alloc": rec.groupby("strategy").size().to_dict(),
             "curve": _curve(rec),
             "phase_seconds": {k: round(v, 1) for k, v in phases.items()},
+            # waits for a quiet machine (the noise guard's), part of "seconds": a host's noise, not the method's cost
+            "noise_waited_s": round(
+                sum(float(e["data"].get("waited_s") or 0.0) for e in events if e["kind"] == "measurement_noise"), 1
+            ),
             "pruned": pruned,
             "paired": len(pairs),
             "pairs": pairs,
-            "best": {str(k): _best_of(rec.iloc[:k]) for k in checkpoints(len(rec))} if len(rec) else {},
+            "best": {str(k): _best_of(store, rec.iloc[:k]) for k in checkpoints(len(rec))} if len(rec) else {},
             "created_at": sess["created_at"],
             "versions": sess["versions"],
             "preset_params": sess["preset_params"],
@@ -222,7 +231,7 @@ def _collect_store(db):
     return runs
 
 
-def _best_of(head):
+def _best_of(store, head):
     ok = head[head["error_class"].isna() & head["verified"]]
     if not len(ok):
         return None
@@ -231,7 +240,8 @@ def _best_of(head):
         "mod_hash": best["mod_hash"],
         "strategy": best["strategy"],
         "latency_ms": float(best["latency_ms"]),
-        "trace": best["trace"],
+        # one trace read per best: a store's traces are tens of kB per record
+        "trace": store.record(int(best["id"]))["trace"],
     }
 
 
@@ -262,19 +272,15 @@ def load_ledger(ledger) -> dict:
 
 def export_runs(runs, ledger, commit=None, tuned=()) -> list:
     """Write each finished run of ``runs`` that came from a store into ``ledger``, unless the ledger already holds
-    the same session at the same length; ``commit`` is recorded for the runs in ``tuned`` (the ones this process
-    tuned), None for older ones. Atomic per file. Returns the paths written."""
+    it as it is; ``commit`` is recorded for the runs in ``tuned`` (the ones this process tuned), the run's own
+    (``collect`` with the ledger keeps it for the same session) for the others. Atomic per file. Returns the paths
+    written."""
     os.makedirs(ledger, exist_ok=True)
     written = []
     for key, run in sorted(runs.items()):
         if run.get("source") != "store" or not run["finished"]:
             continue
         path = _ledger_path(ledger, key)
-        if os.path.exists(path):
-            with open(path) as f:
-                old = json.load(f)
-            if old["run"]["session_id"] == run["session_id"] and old["run"]["trials"] == run["trials"]:
-                continue
         entry = {
             "layer": key[0],
             "seed": key[1],
@@ -282,6 +288,10 @@ def export_runs(runs, ledger, commit=None, tuned=()) -> list:
             "commit": commit if key in tuned else run.get("commit"),
             "run": {k: v for k, v in run.items() if k not in ("source", "commit")},
         }
+        if os.path.exists(path):
+            with open(path) as f:
+                if json.load(f) == json.loads(json.dumps(entry)):
+                    continue
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(entry, f, separators=(",", ":"))
@@ -290,6 +300,16 @@ def export_runs(runs, ledger, commit=None, tuned=()) -> list:
         os.replace(tmp, path)
         written.append(path)
     return written
+
+
+def stop_time(hhmm: str, now: float) -> float:
+    """The next moment after ``now`` (epoch seconds) when the local clock reads ``hhmm`` ("HH:MM"), as epoch
+    seconds; ValueError for anything else."""
+    hh, mm = (int(x) for x in hhmm.split(":"))
+    if not (0 <= hh < 24 and 0 <= mm < 60):
+        raise ValueError(hhmm)
+    t = time.mktime(time.localtime(now)[:3] + (hh, mm, 0, 0, 0, -1))
+    return t if t > now else time.mktime(time.localtime(now + 86400)[:3] + (hh, mm, 0, 0, 0, -1))
 
 
 def git_commit(root=ROOT) -> str | None:
@@ -486,20 +506,15 @@ def main():
     stop_by = None
     if args.stop_by is not None:
         try:
-            hh, mm = (int(x) for x in args.stop_by.split(":"))
-            if not (0 <= hh < 24 and 0 <= mm < 60):
-                raise ValueError
+            stop_by = stop_time(args.stop_by, time.time())
         except ValueError:
             sys.exit(f"al_ansor.py: --stop-by takes a local time HH:MM, got {args.stop_by!r}")
-        stop_by = time.mktime(time.localtime()[:3] + (hh, mm, 0, 0, 0, -1))
-        if stop_by < time.time():
-            stop_by += 86400  # the next time the clock reads HH:MM
     db = args.db or os.path.join(ROOT, "benchmarks", "out", f"al_ansor-{args.set}.db")
     ledger = args.ledger or os.path.join(LEDGER, args.set)
     if args.export_only:
         if not os.path.exists(db):
             sys.exit(f"al_ansor.py: no records store {db!r} to export")
-        written = export_runs(collect(db), ledger)
+        written = export_runs(collect(db, ledger), ledger)
         print(f"al_ansor.py: {len(written)} runs written to {ledger}", file=sys.stderr)
         return
 
@@ -556,7 +571,7 @@ def main():
             protocol.phase(f"tuning {layer} seed {seed} {m}")
             how = f"extended from {old['trials']} trials" if old else "new"
             print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m} ({how})", file=sys.stderr, flush=True)
-            _, took = tune(
+            session_id, took = tune(
                 layer,
                 m,
                 args.trials,
@@ -568,12 +583,7 @@ def main():
                 resume_id=old["session_id"] if old else None,
             )
             longest = max(longest, took)
-            export_runs(
-                {k: v for k, v in collect(db).items() if k == (layer, seed, m)},
-                ledger,
-                commit=commit,
-                tuned={(layer, seed, m)},
-            )
+            export_runs(collect(db, session_id=session_id), ledger, commit=commit, tuned={(layer, seed, m)})
     if args.tune_only:
         protocol.finish()
         print(f"[{time.time() - t0:7.0f}s] tuned into {db}; not re-measured (--tune-only)", file=sys.stderr)
@@ -614,7 +624,11 @@ def main():
         "winner_strategy": {f"{l}|{s}|{m}|{k}": v for (l, s, m, k), v in winner.items()},
         "allocation": {f"{l}|{s}|{m}": r["alloc"] for (l, s, m), r in runs.items()},
         "tuning_seconds": {f"{l}|{s}|{m}": round(r["seconds"], 1) for (l, s, m), r in runs.items()},
+        "tuning_seconds_at": {
+            f"{l}|{s}|{m}|{k}": v for (l, s, m), r in runs.items() for k, v in (r.get("seconds_at") or {}).items()
+        },
         "phase_seconds": {f"{l}|{s}|{m}": r["phase_seconds"] for (l, s, m), r in runs.items()},
+        "noise_waited_seconds": {f"{l}|{s}|{m}": r.get("noise_waited_s") for (l, s, m), r in runs.items()},
         "pruned": {f"{l}|{s}|{m}": r["pruned"] for (l, s, m), r in runs.items() if r["pruned"]},
         "paired": {f"{l}|{s}|{m}": r["paired"] for (l, s, m), r in runs.items() if r["paired"]},
         "pairs": {f"{l}|{s}|{m}": r["pairs"] for (l, s, m), r in runs.items() if r["pairs"]},
@@ -668,8 +682,8 @@ def analyse(res) -> dict:
             ratios = []
             for l in res["layers"]:
                 for s in res["seeds"]:
-                    ta = res["tuning_seconds"].get(f"{l}|{s}|{m}")
-                    tf = [res["tuning_seconds"].get(f"{l}|{s}|{f}") for f in fixed]
+                    ta = _seconds(res, l, s, m, k)
+                    tf = [_seconds(res, l, s, f, k) for f in fixed]
                     tf = [t for t in tf if t]
                     if ta and tf:
                         ratios.append(ta / float(np.mean(tf)))
@@ -677,6 +691,13 @@ def analyse(res) -> dict:
             out[f"{m}@{k}"] = row
         out[f"oracle@{k}"] = oracle
     return out
+
+
+def _seconds(res, layer, seed, method, k):
+    """A run's wall time at checkpoint k (its elapsed time at trial k; the whole session's for reports made
+    before that was recorded)."""
+    at = (res.get("tuning_seconds_at") or {}).get(f"{layer}|{seed}|{method}|{k}")
+    return at if at is not None else res["tuning_seconds"].get(f"{layer}|{seed}|{method}")
 
 
 def _write_curves_html(res, out_dir):
@@ -763,7 +784,7 @@ def _set_md(res) -> list:
             f"Improvement of each adaptive method at {k} trials: `lat_ref / lat_adaptive - 1` per (layer, seed) "
             "pair, mean [95 % interval], geomean, pairs where adaptive is faster; best-fixed is the per-layer best "
             "fixed strategy (an oracle that knows it in advance); wall time is the adaptive session's over the "
-            "mean of the fixed sessions' (geomean over pairs).",
+            f"mean of the fixed sessions' (geomean over pairs), each at its {k}th trial.",
             "",
             "| method | vs no-rewrite | vs transform-stage | vs pre-transformed | vs best-fixed | wall time |",
             "|---|---|---|---|---|---|",
@@ -787,8 +808,8 @@ def _set_md(res) -> list:
         "",
         "| layer | method | "
         + " | ".join(res["arms"])
-        + " | paired | winner | seconds | search | build | measure | cross-seed | pair | train |",
-        "|---|---|" + "---|" * (len(res["arms"]) + 9),
+        + " | paired | winner | seconds | search | build | measure | cross-seed | pair | train | noise wait |",
+        "|---|---|" + "---|" * (len(res["arms"]) + 10),
     ]
     for l in res["layers"]:
         for m in res["methods"]:
@@ -803,7 +824,7 @@ def _set_md(res) -> list:
                 + f" | {(res.get('paired') or {}).get(key, 0)}"
                 + f" | {res['winner_strategy'].get(key + '|' + str(k_last))} | {_fmt(res['tuning_seconds'].get(key), 0)} | "
                 + " | ".join(_fmt(ph.get(p), 0) for p in ("search", "build", "measure", "cross_seed", "pair", "train"))
-                + " |"
+                + f" | {_fmt((res.get('noise_waited_seconds') or {}).get(key), 0)} |"
             )
     L += _pairs_md(res)
     L += [

@@ -37,11 +37,13 @@ def test_a_ledger_holds_what_the_store_holds_and_replaces_it(tuned, tmp_path):
     for run in from_store.values():
         assert run["source"] == "store" and run["finished"] and run["trials"] == 8
         assert run["best"]["8"]["trace"] and run["best"]["8"]["latency_ms"] == min(c for c in run["curve"] if c)
+        assert run["seconds_at"] == {"8": round(run["seconds"], 1)} and 0 <= run["noise_waited_s"] <= run["seconds"]
 
     tuned_key = (LAYER, 0, "no-rewrite")
     written = al_ansor.export_runs(from_store, ledger, commit="abc123", tuned={tuned_key})
     assert len(written) == 2 and not [p for p in os.listdir(ledger) if p.endswith(".tmp")]
-    assert al_ansor.export_runs(from_store, ledger, commit="later") == []  # same sessions: not rewritten
+    # the same runs again (commits from the ledger, as --export-only reads them): nothing rewritten
+    assert al_ansor.export_runs(al_ansor.collect(db, ledger), ledger, commit="later") == []
 
     from_ledger = al_ansor.collect(None, ledger)
     assert set(from_ledger) == set(from_store)
@@ -76,3 +78,53 @@ def test_the_ledgers_best_programs_rebuild_and_time(tuned, tmp_path):
     assert len(timed) == 2
     for t in timed.values():
         assert t["n"] == 2 and t["median_ms"] > 0
+
+
+def test_a_run_goes_on_from_the_ledger_alone_and_reports_from_it(tmp_path):
+    """The script end to end, as on a second machine: its store gone, --resume keeps the ledger's runs and
+    --report-only re-measures them."""
+    import subprocess
+
+    ledger, results = tmp_path / "ledger", tmp_path / "results"
+    base = [
+        sys.executable,
+        os.path.join(BENCH, "al_ansor.py"),
+        "--set=design",
+        f"--layers={LAYER}",
+        "--trials=8",
+        "--trials-per-round=4",
+        f"--db={tmp_path / 'al.db'}",
+        f"--ledger={ledger}",
+        f"--results={results}",
+        "--threads=1",
+        "--methods=no-rewrite",
+        "--force",  # the suite may share the machine: the result is then marked invalid, which is not judged here
+    ]
+
+    def run(*more):
+        p = subprocess.run(base + list(more), capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+
+    err = run("--tune-only", "--resume")
+    assert f"{LAYER} seed 0 no-rewrite (new)" in err
+    os.remove(tmp_path / "al.db")
+    err = run("--tune-only", "--resume")
+    assert f"{LAYER} seed 0 no-rewrite: kept from {ledger}" in err and "(new)" not in err
+    run("--report-only", "--repeats=2")
+    res = json.loads((results / "al_ansor_design.json").read_text())
+    assert res["latency_ms"][f"{LAYER}|0|no-rewrite|8"] > 0
+    assert res["tuned_at_commit"][f"{LAYER}|0|no-rewrite"] == al_ansor.git_commit()
+    assert "al_ansor.md" in os.listdir(results)
+
+
+def test_stop_by_is_the_next_time_the_clock_reads_it():
+    import time
+
+    now = time.mktime((2026, 12, 4, 15, 30, 20, 0, 0, -1))
+    assert al_ansor.stop_time("17:25", now) == time.mktime((2026, 12, 4, 17, 25, 0, 0, 0, -1))
+    assert al_ansor.stop_time("15:30", now) == time.mktime((2026, 12, 5, 15, 30, 0, 0, 0, -1))  # just past
+    assert al_ansor.stop_time("01:00", now) == time.mktime((2026, 12, 5, 1, 0, 0, 0, 0, -1))
+    for bad in ("25:00", "12:60", "noon", "12"):
+        with pytest.raises(ValueError):
+            al_ansor.stop_time(bad, now)
