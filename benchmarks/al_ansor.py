@@ -171,7 +171,7 @@ def collect(db, ledger=None, session_id=None):
     last trial (before its status was written) counts as finished. ``run["best"]``: per checkpoint (``"128"``,
     ...), the best verified program among the run's first k trials (``mod_hash``, ``strategy``, in-tuning
     ``latency_ms``, ``trace``), or None; ``run["commit"]``: the commit that tuned it, when the ledger knows.
-    ``session_id``: only that session of ``db`` (and no ledger runs)."""
+    ``session_id``: of ``db``'s sessions, only that one."""
     held = load_ledger(ledger) if ledger else {}
     runs = dict(held)
     if db and os.path.exists(db):
