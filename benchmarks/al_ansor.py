@@ -312,18 +312,10 @@ def stop_time(hhmm: str, now: float) -> float:
     return t if t > now else time.mktime(time.localtime(now + 86400)[:3] + (hh, mm, 0, 0, 0, -1))
 
 
-def git_commit(root=ROOT) -> str | None:
-    """The checkout's commit, with "+dirty" when tracked files differ from it; None outside git."""
-    import subprocess
-
-    try:
-        head = subprocess.run(
-            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--"], capture_output=True).returncode
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
+def git_commit() -> str | None:
+    """The checkout's commit, with "+dirty" when it has changes (``_quiet.git_state``); None outside git."""
+    state = _quiet.git_state()
+    return state["commit"] and state["commit"] + ("+dirty" if state["dirty"] else "")
 
 
 def _pairs(rec, round_strategy: dict) -> list:
@@ -588,7 +580,9 @@ def main():
         protocol.finish()
         print(f"[{time.time() - t0:7.0f}s] tuned into {db}; not re-measured (--tune-only)", file=sys.stderr)
         return
-    runs = {k: v for k, v in collect(db, ledger).items() if k[0] in layers and k[1] in seeds and k[2] in methods}
+    # a report-only run has read the runs already; a tuning run reads them again, with the sessions it added
+    held = held if args.report_only else collect(db, ledger)
+    runs = {k: v for k, v in held.items() if k[0] in layers and k[1] in seeds and k[2] in methods}
     # The best verified program of each run at each checkpoint; one timing per distinct program.
     entries, best_at, winner = {}, {}, {}
     for (layer, seed, m), r in runs.items():
