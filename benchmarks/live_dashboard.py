@@ -164,6 +164,29 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
     return os.path.join(work, "runs", "quickstart.db"), seconds, cores
 
 
+def disturbers(store, top: int = 5) -> dict:
+    """Who ran beside the session's disturbed timings: for each thread name (``process/thread``) named in the
+    store's noisy or marked timing events (``TimingMeter``'s ``busiest``), in how many of them and its mean
+    cores there; the ``top`` most frequent, with the number of disturbed timings."""
+    events = store.session_events(store.sessions()[-1]["id"])
+    hit = [
+        e["data"]
+        for e in events
+        if e["kind"] == "measurement_noise"
+        and e["data"].get("source") == "timing"
+        and e["data"].get("state") in ("noisy", "marked")
+    ]
+    by: dict = {}
+    for d in hit:
+        for b in d.get("processes") or []:
+            by.setdefault(b["name"], []).append(b["cores"])
+    ranked = sorted(by.items(), key=lambda kv: (-len(kv[1]), -sum(kv[1])))[:top]
+    return {
+        "disturbed_timings": len(hit),
+        "threads": [{"name": n, "timings": len(c), "mean_cores": round(sum(c) / len(c), 3)} for n, c in ranked],
+    }
+
+
 def stats(db: str) -> dict:
     import numpy as np
 
@@ -187,6 +210,7 @@ def stats(db: str) -> dict:
         "noisy": summ["noisy"],
         "noise_events": summ["noise_events"],
         "target": sess["target"],
+        "disturbers": disturbers(s),
         "best_record": {"trace": best["trace"], "strategy": best["strategy"]},
     }
 
@@ -298,6 +322,15 @@ def main() -> int:
     return 0
 
 
+def _disturbers_line(mode: dict) -> str:
+    per = []
+    for r in mode["sessions"]:
+        d = r["disturbers"]
+        who = ", ".join(f"{t['name']} {t['timings']} ({t['mean_cores']:.2f})" for t in d["threads"])
+        per.append(f"{d['disturbed_timings']} disturbed" + (f": {who}" if who else ""))
+    return " | ".join(per)
+
+
 def markdown(res: dict, proto) -> str:
     h, lv = res["headless"], res["live"]
 
@@ -363,6 +396,9 @@ def markdown(res: dict, proto) -> str:
         )
         + " (the kernel is the session itself: its search, builds and timings; the browser, the Jupyter server and "
         "the benchmark's Playwright driver are what watching adds)",
+        "- Who ran beside the disturbed timings (each timing's other threads, exact run time from "
+        "`/proc/*/task/*/schedstat`; thread name: in how many disturbed timings, mean cores there): "
+        + "; ".join(f"{mode} {_disturbers_line(res[mode])}" for mode in ("headless", "live")),
         "",
         "Each timing of a watched session starts once no other thread has been runnable for 30 ms "
         "(`MeasurementGate.settle`, at most 1 s): what the browser does with an update arrives after the kernel "

@@ -60,6 +60,11 @@ def test_timing_meter_sees_a_hog_take_the_cores():
     # three busy threads on two cores: ours waits about a third of the time
     assert r["wait_fraction"] > noise.NoisePolicy().max_wait_fraction, r
     assert r["other_cores"] > 0.5, r
+    # and names them: each hog is a thread of another process that ran during the timing, ours is not one
+    hog_pids = {h.pid for h in hogs}
+    busiest = {b["pid"] for b in r["busiest"]}
+    assert hog_pids <= busiest and os.getpid() not in busiest, r
+    assert all(b["cores"] > 0.2 and b["name"].startswith("python") for b in r["busiest"] if b["pid"] in hog_pids)
 
 
 def test_machine_load_names_the_busy_process():

@@ -71,7 +71,9 @@ def noise_note(rec: dict) -> str:
     if n.get("wait_fraction") is not None:
         bits.append(f"its threads waited {fmt(n['wait_fraction'], '.0%')} of the time")
     if n.get("other_cores") is not None:
-        bits.append(f"other processes {fmt(n['other_cores'], '.2f')} cores")
+        busiest = [b for b in n.get("busiest") or [] if isinstance(b, dict)]
+        most = f" (most: {busiest[0].get('name')} {fmt(busiest[0].get('cores'), '.2f')})" if busiest else ""
+        bits.append(f"other threads {fmt(n['other_cores'], '.2f')} cores{most}")
     if rec.get("noisy_reason"):
         bits.append(str(rec["noisy_reason"]))
     return "NOISY timing" + (f": {', '.join(bits)}" if bits else "")

@@ -8,9 +8,12 @@ Three signals, each cheap enough to take on every measurement:
   (a CPU hog, a browser redrawing, a compile) takes a core, they do. ``wait_fraction`` is that wait
   divided by wall time x timing threads: 0 on a quiet machine, ~0.3 beside one busy process on two
   cores. This sees exactly the interference that skews a timing, whoever causes it, at ns resolution.
-* **Other processes' CPU time** (``/proc/stat`` minus our own), reported as ``other_cores`` with
-  the processes that used it, so a user sees *who* made the noise. It is tick-sampled (10 ms), so it
-  is a report, not the trigger for a single short timing.
+* **Other threads' CPU time during a timing** (``TimingMeter``: every thread's run time on the machine,
+  ``/proc/*/task/*/schedstat`` field 1, in ns, before and after), reported as ``other_cores`` with the
+  threads that used most (``busiest``: process and thread name), so a user sees *who* made the noise.
+  Exact, where ``/proc/stat``'s tick-sampled accounting misses threads that a timer wakes for less than
+  a tick: a browser's frame work shows as 0.0 cores there while the timing threads wait 40 % of the
+  time. Between timings (``machine_load``) per-process CPU over a second or more is precise enough.
 * **A calibration probe**: a fixed reference kernel (``probe_module``) timed when a session starts and
   around each round's timing. A drift from the session's baseline catches what the two above cannot
   see (another VM on the host, frequency changes).
@@ -92,32 +95,75 @@ def _run_queue_wait_ns() -> int:
     return total
 
 
-def _own_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
+def _other_threads_runtime_ns(own_pid: int) -> dict:
+    """Run time so far (ns, the scheduler's own sum) of every thread on the machine outside process ``own_pid``,
+    kernel threads included: ``{(pid, tid): ns}``. About 10 us a thread."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == own_pid:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended meanwhile
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    out[(int(pid), int(tid))] = int(f.read().split(None, 1)[0])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _comm(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def thread_name(pid: int, tid: int) -> str:
+    """``process/thread`` by their ``comm`` names (``process`` alone for a main thread or a same-named one)."""
+    proc = _comm(f"/proc/{pid}/comm")
+    thread = proc if tid == pid else _comm(f"/proc/{pid}/task/{tid}/comm")
+    return proc if thread == proc else f"{proc}/{thread}"
 
 
 class TimingMeter:
-    """Wraps one timing inside the process that runs the kernel; ``reading()`` says how disturbed it was."""
+    """Wraps one timing inside the process that runs the kernel; ``result`` says how disturbed it was:
+    ``wait_fraction`` (the timing threads' run-queue wait), ``other_cores`` (every other thread's CPU during
+    the timing, exact) and ``busiest`` (up to ``top`` of those threads, each ``{pid, name, cores}``, that used
+    at least 1 % of a core)."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, top: int = 3):
         self.threads = max(1, int(threads))
+        self.top = top
 
     def __enter__(self):
-        self._t = time.perf_counter()
+        self._pid = os.getpid()
+        self._others = _other_threads_runtime_ns(self._pid)
         self._wait = _run_queue_wait_ns()
-        self._busy = _busy_ticks()
-        self._cpu = _own_cpu_s()
+        self._t = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         wall = max(1e-6, time.perf_counter() - self._t)
         wait_s = (_run_queue_wait_ns() - self._wait) / 1e9
-        others = (_busy_ticks() - self._busy) / CLK_TCK - (_own_cpu_s() - self._cpu)
+        now = _other_threads_runtime_ns(self._pid)
+        # a thread that started during the timing ran all of its run time in it; one that ended is missed
+        used = {k: ns - self._others.get(k, 0) for k, ns in now.items()}
+        used = {k: ns for k, ns in used.items() if ns > 0}
+        busiest = sorted(used.items(), key=lambda kv: kv[1], reverse=True)[: self.top]
         self.result = {
             "wall_s": round(wall, 4),
             "wait_fraction": round(wait_s / (wall * self.threads), 4),
-            "other_cores": round(max(0.0, others / wall), 3),
+            "other_cores": round(sum(used.values()) / 1e9 / wall, 3),
+            "busiest": [
+                {"pid": pid, "name": thread_name(pid, tid), "cores": round(ns / 1e9 / wall, 3)}
+                for (pid, tid), ns in busiest
+                if ns / 1e9 / wall >= 0.01
+            ],
         }
         return False
 
@@ -535,7 +581,7 @@ class NoiseGuard:
         r = self.runner.run(path, shapes, repeat=repeat)
         if not self.watching or r.error_class is not None or not is_noisy(r.reading, self.policy):
             return r, False
-        info = dict(trial=trial, **{k: r.reading[k] for k in ("wait_fraction", "other_cores")})
+        info = dict(trial=trial, **_disturbance(r.reading))
         if self.policy.mode != "wait" or self.marking_only:
             self._event(ev.MeasurementNoise, source="timing", state="marked", **info)
             return r, True
@@ -552,8 +598,7 @@ class NoiseGuard:
             source="timing",
             state="remeasured" if not noisy else "marked",
             trial=trial,
-            wait_fraction=r2.reading["wait_fraction"],
-            other_cores=r2.reading["other_cores"],
+            **_disturbance(r2.reading),
             first_ms=round(r.latency_ms, 5),
             remeasured_ms=round(r2.latency_ms, 5),
         )
@@ -575,6 +620,14 @@ class NoiseGuard:
         if self._probe_path:
             self.builder.discard(self._probe_path)
             self._probe_path = None
+
+
+def _disturbance(reading: dict) -> dict:
+    """A timing's reading as a ``MeasurementNoise`` event's fields: the wait, the other threads' CPU, and who."""
+    out = {k: reading[k] for k in ("wait_fraction", "other_cores")}
+    if reading.get("busiest"):
+        out["processes"] = reading["busiest"]
+    return out
 
 
 def describe(data: dict) -> str:
@@ -604,5 +657,5 @@ def describe(data: dict) -> str:
     if state == "remeasured":
         return f"{trial} re-timed on a quiet machine: {data['first_ms']:.4g} -> {data['remeasured_ms']:.4g} ms"
     if state == "marked":
-        return f"{trial} marked noisy: {wf}"
+        return f"{trial} marked noisy: {wf}; {load}".rstrip("; ")
     return f"{trial} disturbed: {wf}, {load}"
