@@ -402,9 +402,14 @@ def markdown(res: dict, proto) -> str:
         "",
         "Each timing of a watched session starts once no other thread has been runnable for 30 ms "
         "(`MeasurementGate.settle`, at most 1 s): what the browser does with an update arrives after the kernel "
-        "sent it and lasts as long as it lasts on a loaded machine. On 2026-12-02 (commit 32c1fe6), when timing "
-        "began a fixed 0.3 s after the last redraw, this page measured a live / headless median CV of 2.53x "
-        "(0.0277 vs 0.0109) with bests within 0.6 %.",
+        "sent it and lasts as long as it lasts on a loaded machine. The runner binds each timing thread to a core "
+        "of its own (`tvm_env.configure_thread_pool`): TVM binds its pool's workers but not the calling thread, "
+        "which a browser thread waking for a moment on the other core pushed onto its worker's core, where the "
+        "two shared one core for milliseconds; timings of a watched session then waited 5-15 % of the time with "
+        "0.02 cores of other work beside them. Before that (2026-12-04, commit c798a3a, 3 pairs) this page "
+        "measured a live / headless median CV of 2.20x (0.0453 vs 0.0206) and a live best 4.2 % slower "
+        "re-measured together; on 2026-12-02 (commit 32c1fe6), when timing began a fixed 0.3 s after the last "
+        "redraw, 2.53x (0.0277 vs 0.0109) with bests within 0.6 %.",
         "",
         "Before the measurement gate and the noise checks (the issue that asked for this page, same "
         "machine kind, 48 trials of resnet18.conv2): live median CV 0.32 (p90 0.74) against 0.006 (0.05) "

@@ -78,9 +78,7 @@ def _worker_init(num_threads: int = 1):
     from workbench import tvm_env
 
     tvm_env.setup()
-    import tvm
-
-    tvm.get_global_func("runtime.config_threadpool")(1, int(num_threads))
+    tvm_env.configure_thread_pool(num_threads)
 
 
 def _ready() -> bool:
