@@ -267,7 +267,7 @@ def _probe_here(threads: int) -> dict:
     from workbench import tvm_env
 
     tvm_env.setup()
-    tvm.get_global_func("runtime.config_threadpool")(1, int(threads))
+    tvm_env.configure_thread_pool(threads)
     rt = tvm.tirx.build(noise.probe_module(), target=tvm.target.Target(tvm_env.host_target_dict(threads)))
     dev = tvm.cpu()
     rng = np.random.default_rng(0)

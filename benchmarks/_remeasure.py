@@ -64,9 +64,7 @@ def setup(msg):
     from workbench.workloads import registry
 
     tvm_env.setup()
-    import tvm
-
-    tvm.get_global_func("runtime.config_threadpool")(1, int(THREADS))  # explicit, as the workbench's runner does
+    tvm_env.configure_thread_pool(THREADS)  # as the workbench's runner does
     reg = registry()
     info = {}
     for k in msg["kernels"]:

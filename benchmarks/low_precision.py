@@ -233,7 +233,7 @@ def _wb_setup(msg):
     from workbench import measure
     from workbench.program import TunedProgram
 
-    tvm.get_global_func("runtime.config_threadpool")(1, int(_remeasure.THREADS))
+    tvm_env.configure_thread_pool(_remeasure.THREADS)
     dev, info = tvm.cpu(), {}
     for k in msg["kernels"]:
         prog = TunedProgram.from_store(k["db"], k["workload"])

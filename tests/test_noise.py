@@ -67,6 +67,35 @@ def test_timing_meter_sees_a_hog_take_the_cores():
     assert all(b["cores"] > 0.2 and b["name"].startswith("python") for b in r["busiest"] if b["pid"] in hog_pids)
 
 
+AFFINITY = """
+import json, os, threading
+from workbench import measure
+measure._worker_init({threads})  # what the runner's worker process runs first
+me = threading.get_native_id()
+out = {{}}
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{{tid}}/status") as f:
+        out[tid] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("Cpus_allowed_list"))
+print(json.dumps({{"caller": out.pop(str(me)), "others": sorted(out.values())}}))
+"""
+
+
+def _runner_affinity(threads: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", AFFINITY.format(threads=threads)], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_runner_binds_each_timing_thread_to_a_core_of_its_own():
+    # TVM binds its pool's worker to a core; the thread that calls the kernel (the pool's first share) must be
+    # bound to another one, or a moment's wakeup elsewhere lands it on its worker's core (see configure_thread_pool)
+    two = _runner_affinity(2)
+    workers = [a for a in two["others"] if a.isdigit()]
+    assert two["caller"].isdigit() and workers and two["caller"] not in workers, two
+
+
 def test_machine_load_names_the_busy_process():
     [hog] = _hogs(1)
     try:
