@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/live_dashboard.py [--workload resnet18.conv2] [--trials 48] [--seed 0] [--pairs 2]
                                                   [--force]
 
-Runs the same session in two ways, alternated ``--pairs`` times, with nothing else on the machine:
+Runs the same session in two ways, alternated ``--pairs`` times (pair i with seed ``--seed`` + i), with nothing
+else on the machine:
 
 1. **headless**: ``workbench tune WORKLOAD --trials N --seed S`` (the CLI; no UI at all);
 2. **live**: the quickstart notebook in a real JupyterLab, opened in headless Chromium (Playwright), Start
@@ -84,7 +85,7 @@ def cpu_used_since(before: dict, seconds: float) -> dict:
     return {g: round(v / seconds, 3) for g, v in sorted(used.items())}
 
 
-def run_headless(args, db: str) -> float:
+def run_headless(args, db: str, seed: int) -> float:
     t0 = time.time()
     subprocess.run(
         [
@@ -96,7 +97,7 @@ def run_headless(args, db: str) -> float:
             "--trials",
             str(args.trials),
             "--seed",
-            str(args.seed),
+            str(seed),
             "--db",
             db,
             "--deterministic",
@@ -110,7 +111,7 @@ def run_headless(args, db: str) -> float:
     return time.time() - t0
 
 
-def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, float, dict]:
+def run_live(args, work: str, seed: int, shot: str = "live-finished.png") -> tuple[str, float, dict]:
     """The quickstart in JupyterLab + Chromium, Start pressed, watched until finished; returns (db, seconds, the
     cores each group of processes used meanwhile)."""
     from playwright.sync_api import sync_playwright
@@ -119,6 +120,7 @@ def run_live(args, work: str, shot: str = "live-finished.png") -> tuple[str, flo
         "WORKBENCH_TRIALS": str(args.trials),
         "WORKBENCH_WORKLOAD": args.workload,
         "WORKBENCH_INTERACTIVE": "1",
+        "WORKBENCH_SEED": str(seed),
         "WORKBENCH_DETERMINISTIC": "1",  # as the headless run's --deterministic: the same seed, the same search
         "WORKBENCH_RUNS": os.path.join(work, "runs"),  # where the notebook keeps its store (store.runs_path)
     }
@@ -245,7 +247,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="resnet18.conv2")
     ap.add_argument("--trials", type=int, default=48)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="pair i's sessions use seed SEED + i (default 0)")
     ap.add_argument("--pairs", type=int, default=2, help="headless/live session pairs, alternated (default 2)")
     ap.add_argument("--threads", type=int, default=_quiet.available_cores())
     ap.add_argument("--repeats", type=int, default=21, help="passes of the interleaved re-measurement of the bests")
@@ -263,16 +265,17 @@ def main() -> int:
     os.makedirs(OUT)
     runs = {"headless": [], "live": []}
     for i in range(args.pairs):
+        seed = args.seed + i
         proto.phase(f"headless session {i + 1}")
-        log(f"headless {i + 1}/{args.pairs}: workbench tune {args.workload} --trials {args.trials}")
+        log(f"headless {i + 1}/{args.pairs}: workbench tune {args.workload} --trials {args.trials} --seed {seed}")
         db = os.path.join(OUT, f"headless-{i + 1}.db")
-        seconds = run_headless(args, db)
-        runs["headless"].append(dict(stats(db), wall_s=round(seconds, 1), db=db))
+        seconds = run_headless(args, db, seed)
+        runs["headless"].append(dict(stats(db), wall_s=round(seconds, 1), db=db, seed=seed))
         _quiet.quiesce()
         proto.phase(f"live session {i + 1}")
-        log(f"live {i + 1}/{args.pairs}: the quickstart in JupyterLab + Chromium")
-        db, seconds, cores = run_live(args, os.path.join(OUT, f"live-{i + 1}"), shot=f"live-{i + 1}.png")
-        runs["live"].append(dict(stats(db), wall_s=round(seconds, 1), db=db, cores=cores))
+        log(f"live {i + 1}/{args.pairs}: the quickstart in JupyterLab + Chromium, seed {seed}")
+        db, seconds, cores = run_live(args, os.path.join(OUT, f"live-{i + 1}"), seed, shot=f"live-{i + 1}.png")
+        runs["live"].append(dict(stats(db), wall_s=round(seconds, 1), db=db, cores=cores, seed=seed))
         _quiet.quiesce()
     proto.phase("standalone re-timing")
     for mode in runs.values():
@@ -370,13 +373,16 @@ def markdown(res: dict, proto) -> str:
         "",
         proto.markdown(),
         "",
-        f"Workload `{res['workload']}`, {res['trials']} trials, seed {res['seed']}, {res['threads']} threads, "
+        f"Workload `{res['workload']}`, {res['trials']} trials, {res['threads']} threads, "
         "the workbench's defaults (`quick`, strategy `auto`, `noise=\"wait\"`, one search thread (`deterministic`), the dashboard's measurement "
         "gate). Headless = `workbench tune`; live = the quickstart notebook in JupyterLab, in headless Chromium "
         "(Playwright), Start pressed and the page kept open and drawing until the session finished. "
-        f"{res['pairs']} pairs of sessions, alternated headless / live; each figure is the median over a "
-        "mode's sessions (each session's value in brackets). Produced by "
-        f"`python benchmarks/live_dashboard.py --pairs {res['pairs']}`.",
+        f"{res['pairs']} pairs of sessions, alternated headless / live, pair i with seed {res['seed']} + i "
+        "(both sessions of a pair search alike until their timings differ; one seed for every pair would make "
+        "the undisturbed headless sessions repeat one search, which any difference in a timing leaves, so the "
+        "bests would compare one search path with others); each figure is the median over a mode's sessions "
+        "(each session's value in brackets). Produced by "
+        f"`python benchmarks/live_dashboard.py --pairs {res['pairs']} --trials {res['trials']}`.",
         "",
         "| | headless | live |",
         "|---|---|---|",

@@ -1100,3 +1100,43 @@ def test_al_ansor_finds_each_paired_measurement_and_its_source():
     # round 2 was pre-transformed's: its new best "c" paired into no-rewrite failed; "d" is no pair (no source)
     got = al_ansor._pairs(rec, {1: "no-rewrite", 2: "pre-transformed"})
     assert got == [["no-rewrite", "pre-transformed", 0.8], ["pre-transformed", "no-rewrite", None]]
+
+
+def test_live_dashboard_names_who_ran_beside_the_disturbed_timings(tmp_path):
+    import live_dashboard
+
+    from workbench import events as ev
+    from workbench.store import RecordStore
+
+    store = RecordStore(str(tmp_path / "live.db"))
+    sid = store.create_session(
+        workload="w",
+        spec={},
+        target={},
+        preset="quick",
+        preset_params={},
+        seed=0,
+        trials=4,
+        strategies=["no-rewrite"],
+        strategy_arg="no-rewrite",
+        versions={},
+    )
+    browser = {"pid": 7, "name": "chromium", "cores": 0.2}
+    server = {"pid": 8, "name": "jupyter-lab", "cores": 0.1}
+    for data in (
+        {"source": "timing", "state": "noisy", "processes": [browser, server]},
+        {"source": "timing", "state": "marked", "processes": [dict(browser, cores=0.4)]},
+        {"source": "timing", "state": "remeasured", "processes": [server]},  # a retake, not a disturbed timing
+        {"source": "load", "state": "waiting", "processes": [server]},  # between timings
+        {"source": "timing", "state": "noisy"},  # disturbed with nobody seen beside it
+    ):
+        store.add_event(sid, ev.EventKind.MEASUREMENT_NOISE.value, 0.0, 0.0, data)
+    got = live_dashboard.disturbers(store)
+    assert got["disturbed_timings"] == 3
+    assert got["threads"] == [
+        {"name": "chromium", "timings": 2, "mean_cores": pytest.approx(0.3)},
+        {"name": "jupyter-lab", "timings": 1, "mean_cores": pytest.approx(0.1)},
+    ]
+    assert "3 disturbed: chromium 2 (0.30), jupyter-lab 1 (0.10)" in live_dashboard._disturbers_line(
+        {"sessions": [{"disturbers": got}]}
+    )
