@@ -73,7 +73,7 @@ def _worker_init(num_threads: int = 1):
     # Ctrl-C in a terminal reaches the whole foreground process group, workers included: the session decides
     # (stop after the candidate in flight), so a worker must not die of it mid-candidate.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Before the first kernel call creates TVM's thread pool; config_threadpool makes it explicit.
+    # Before the first kernel call creates TVM's thread pool; configure_thread_pool makes it explicit.
     os.environ["TVM_NUM_THREADS"] = str(num_threads)
     from workbench import tvm_env
 

@@ -11,9 +11,9 @@ Three signals, each cheap enough to take on every measurement:
 * **Other threads' CPU time during a timing** (``TimingMeter``: every thread's run time on the machine,
   ``/proc/*/task/*/schedstat`` field 1, in ns, before and after), reported as ``other_cores`` with the
   threads that used most (``busiest``: process and thread name), so a user sees *who* made the noise.
-  Exact, where ``/proc/stat``'s tick-sampled accounting misses threads that a timer wakes for less than
-  a tick: a browser's frame work shows as 0.0 cores there while the timing threads wait 40 % of the
-  time. Between timings (``machine_load``) per-process CPU over a second or more is precise enough.
+  Exact, where ``/proc/stat``'s tick-sampled accounting reads 0.0 for threads that run less than a
+  tick (10 ms) at a time, as a browser's and a Jupyter server's do. Between timings (``machine_load``),
+  per-process CPU over a second or more is precise enough.
 * **A calibration probe**: a fixed reference kernel (``probe_module``) timed when a session starts and
   around each round's timing. A drift from the session's baseline catches what the two above cannot
   see (another VM on the host, frequency changes).

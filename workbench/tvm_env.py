@@ -57,9 +57,11 @@ def configure_thread_pool(num_threads: int) -> int | None:
     calling thread (which runs the first share of every parallel loop) free to move. On a 2-core machine a thread
     of another process that wakes for a moment then lands that thread on its worker's core: the two share one
     core until the scheduler moves one back, milliseconds for a wakeup of microseconds (live-dashboard timings
-    waited 4.5 % of the time in the median that way, beside 0.02 cores of other work; bound, under 1 %): bound,
-    the calling thread waits only while another thread runs in its place. Returns the core it is bound to, or None (no core left free: more threads
-    than cores, or a platform without affinity)."""
+    waited 4.5 % of the time in the median that way, beside 0.02 cores of other work; bound, under 1 %). Bound,
+    the calling thread waits only while another thread runs in its place.
+
+    Returns the core it is bound to, or None (one thread, no core left free, or no affinity on this platform).
+    """
     import tvm
 
     tvm.get_global_func("runtime.config_threadpool")(1, int(num_threads))
