@@ -1108,19 +1108,10 @@ def test_live_dashboard_names_who_ran_beside_the_disturbed_timings(tmp_path):
     from workbench import events as ev
     from workbench.store import RecordStore
 
+    from .test_store import _session
+
     store = RecordStore(str(tmp_path / "live.db"))
-    sid = store.create_session(
-        workload="w",
-        spec={},
-        target={},
-        preset="quick",
-        preset_params={},
-        seed=0,
-        trials=4,
-        strategies=["no-rewrite"],
-        strategy_arg="no-rewrite",
-        versions={},
-    )
+    sid = _session(store)
     browser = {"pid": 7, "name": "chromium", "cores": 0.2}
     server = {"pid": 8, "name": "jupyter-lab", "cores": 0.1}
     for data in (

@@ -87,7 +87,9 @@ def _runner_affinity(threads: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="one core: there is no second core to keep the two timing threads apart on"
+)
 def test_runner_binds_each_timing_thread_to_a_core_of_its_own():
     # TVM binds its pool's worker to a core; the thread that calls the kernel (the pool's first share) must be
     # bound to another one, or a moment's wakeup elsewhere lands it on its worker's core (see configure_thread_pool)
