@@ -661,9 +661,10 @@ def _differences_md(result) -> list:
         )
     if "bf16-matmul" in cs or "bf16-conv" in cs:
         L.append(
-            "- **bfloat16.** The workbench's bfloat16 kernels read bfloat16 inputs, widen each element to float32 "
-            "and accumulate and **write float32** (TVM legalizes bfloat16 to float32 before LLVM sees it: there is no "
-            "`vdpbf16ps` in its code, docs/dtypes.md); PyTorch's bfloat16 `F.linear` / `torch.mm` / `F.conv2d` run "
+            "- **bfloat16.** The workbench's bfloat16 kernels read bfloat16 inputs, accumulate in float32 and "
+            "**write float32**; on a CPU with AVX512-BF16 their inner loops are the `vdpbf16ps` dot product where "
+            "the shape maps onto it (the implementation column names the intrinsic; docs/dtypes.md), elsewhere "
+            "float32 arithmetic on widened values. PyTorch's bfloat16 `F.linear` / `torch.mm` / `F.conv2d` run "
             "oneDNN's bf16 kernels (`avx512_core_bf16`, the `vdpbf16ps` dot product where the CPU has it) and "
             "**write bfloat16** (half the output bytes). `torch.mm` takes no bias; `F.linear`'s bias is bfloat16, "
             "the workbench's float32. Each is checked against arithmetic on the very rounded inputs it reads."

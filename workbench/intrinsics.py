@@ -14,9 +14,16 @@ TVM's own ``dot_16x4_vnni`` (``tvm.s_tir.tensor_intrin.x86``) calls ``llvm.x86.a
 ``<64 x i8>`` operands and rejects the old call when it verifies the module. The intrinsic registered here passes
 the operand types of the linked LLVM.
 
-No bfloat16 intrinsic: ``vdpbf16ps`` (``llvm.x86.avx512bf16.dpbf16ps.512``) takes ``<32 x bfloat>`` operands, and
-TVM's lowering always runs ``BF16ComputeLegalize``, which turns every bfloat16 vector into float32 before code
-generation (the call then fails LLVM's verifier); lowering without it crashes TVM's LLVM code generator.
+``vdpbf16ps`` (AVX512-BF16) adds, into each of 16 float32 lanes, the dot product of 2 bfloat16 activations (the
+same 2 for every lane) with 2 bfloat16 weights of that lane's output channel: the bfloat16 workloads' accumulation
+(products of bfloat16 values are exact in float32), at twice the multiply-adds per instruction of a float32 FMA.
+LLVM's ``llvm.x86.avx512bf16.dpbf16ps.512`` takes ``<32 x bfloat>`` operands, and TVM's lowering turns every
+bfloat16 value of a kernel into float32 (``BF16ComputeLegalize``) before LLVM sees it, so the intrinsic cannot be
+called from TIR. The implementation here loads the operands in TIR as bit patterns (``int32`` lanes: the two
+activations as one, the 16 x 2 weights as 16) and calls a small LLVM function that reinterprets them as
+``<32 x bfloat>`` and issues the instruction; that function's IR travels with the kernel
+(``pragma_import_llvm``), is linked into its module and inlined. Every memory access stays TIR's, so it carries
+TVM's alias information like the rest of the kernel's.
 
 ``register()`` runs in every workbench process (``tvm_env.setup``): the session replays stored traces that name
 the intrinsic, and the builder's workers import the workbench before building.
@@ -27,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 VNNI = "workbench.dot_16x4_vnni"
+BF16_DOT = "workbench.dot_16x2_bf16"
 
 # The LLVM version whose x86 dot-product intrinsics take byte (bfloat16) vectors instead of dword vectors.
 VNNI_BYTE_OPERANDS_SINCE = 22
@@ -46,6 +54,7 @@ INTRINSICS = {
     i.name: i
     for i in [
         Intrinsic(VNNI, "int8", "avx512vnni", "vpdpbusd", 16, 4),
+        Intrinsic(BF16_DOT, "bfloat16", "avx512bf16", "vdpbf16ps", 16, 2),
     ]
 }
 
@@ -63,6 +72,7 @@ def register() -> None:
     byte_operands = int(codegen.llvm_version_major()) >= VNNI_BYTE_OPERANDS_SINCE
     desc, impl = _vnni(byte_operands)
     TensorIntrin.register(VNNI, desc, impl, override=True)
+    TensorIntrin.register(BF16_DOT, *_bf16_dot(), override=True)
     _REGISTERED = True
 
 
@@ -124,6 +134,65 @@ def _vnni(byte_operands: bool):
     return desc, impl_bytes if byte_operands else impl_dwords
 
 
+# The function the bfloat16 intrinsic's implementation calls: the operands arrive as bit patterns (TIR cannot hold a
+# bfloat16 vector past BF16ComputeLegalize) and become the <32 x bfloat> vectors the instruction takes. Internal
+# and always inlined: nothing of it is left as a call.
+_BF16_DOT_FN = "workbench_dot_16x2_bf16"
+_BF16_DOT_LLVM = f"""
+define internal <16 x float> @{_BF16_DOT_FN}(<16 x float> %acc, i32 %pair, <16 x i32> %weights, ptr %a_data, ptr %b_data) #0 {{
+  %lane0 = insertelement <16 x i32> poison, i32 %pair, i64 0
+  %pairs = shufflevector <16 x i32> %lane0, <16 x i32> poison, <16 x i32> zeroinitializer
+  %a = bitcast <16 x i32> %pairs to <32 x bfloat>
+  %b = bitcast <16 x i32> %weights to <32 x bfloat>
+  %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %a, <32 x bfloat> %b)
+  ret <16 x float> %sum
+}}
+declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+attributes #0 = {{ alwaysinline nounwind readnone "target-features"="+avx512f,+avx512bf16" }}
+"""
+
+
+def _bf16_dot():
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def desc(
+        A: T.Buffer((2,), "bfloat16", offset_factor=1),
+        B: T.Buffer((16, 2), "bfloat16", offset_factor=1),
+        C: T.Buffer((16,), "float32", offset_factor=1),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:2], B[0:16, 0:2])
+            T.writes(C[0:16])
+            for i in T.serial(0, 16):
+                for k in T.serial(0, 2):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "float32") * T.cast(B[vi, vk], "float32")
+
+    @T.prim_func(s_tir=True)
+    def impl(
+        A: T.Buffer((2,), "bfloat16", offset_factor=1),
+        B: T.Buffer((16, 2), "bfloat16", offset_factor=1),
+        C: T.Buffer((16,), "float32", offset_factor=1),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:2], B[0:16, 0:2])
+            T.writes(C[0:16])
+            T.attr(T.int32(0), "pragma_import_llvm", _BF16_DOT_LLVM)
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_extern(
+                "float32x16",
+                _BF16_DOT_FN,
+                C.vload([0], dtype="float32x16"),
+                T.reinterpret(A.vload([0], dtype="bfloat16x2"), dtype="int32"),
+                T.reinterpret(B.vload([0, 0], dtype="bfloat16x32"), dtype="int32x16"),
+                A.data,
+                B.data,
+            )
+
+    return desc, impl
+
+
 def target_has(target, feature: str) -> bool:
     """Whether an llvm target (a ``Target`` or a target dict) has an LLVM feature, from its mcpu and mattr."""
     import tvm
@@ -148,7 +217,7 @@ def for_workload(workload, target) -> Intrinsic | None:
 def plan(workload, target, strategy: str) -> tuple[Intrinsic | None, str]:
     """(the intrinsic the search of ``strategy`` offers for ``workload`` on ``target``, or None; why, in words).
 
-    The weights must be repacked for the instruction (16 output channels x 4 reduction elements, innermost),
+    The weights must be repacked for the instruction (16 output channels x ``reduce`` reduction elements, innermost),
     so a strategy that reads them as given (no-rewrite) keeps the plain schedule rules."""
     from . import layouts
 

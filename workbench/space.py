@@ -60,7 +60,8 @@ def tensorizing_rules(intrin_name: str) -> list:
 
 def space_generator(strategy: str, preset: Preset, workload=None, target=None):
     """The design space of ``strategy``: MetaSchedule's llvm rules, or, where ``intrinsics.plan`` offers a tensor
-    intrinsic (int8 on VNNI hardware, a strategy that packs weights), the same rules tiling for it."""
+    intrinsic (int8 on VNNI hardware, bfloat16 on AVX512-BF16, a strategy that packs weights), the same rules tiling
+    for it."""
     from tvm.s_tir import meta_schedule as ms
 
     intrin = intrinsics.plan(workload, target, strategy)[0] if workload is not None and target is not None else None
