@@ -186,6 +186,9 @@ def _bf16_dot():
                 C.vload([0], dtype="float32x16"),
                 T.reinterpret(A.vload([0], dtype="bfloat16x2"), dtype="int32"),
                 T.reinterpret(B.vload([0, 0], dtype="bfloat16x32"), dtype="int32x16"),
+                # Unused by the function: a buffer whose pointer is used as a value keeps its bfloat16 storage, where
+                # BF16ComputeLegalize would otherwise turn a buffer allocated in the kernel (a padded input, a weight
+                # copy stage) into float32, and the bit patterns above would be float32 ones.
                 A.data,
                 B.data,
             )
