@@ -76,23 +76,31 @@ def register() -> None:
     _REGISTERED = True
 
 
-def _vnni(byte_operands: bool):
+def _dot_desc(a_dtype: str, b_dtype: str, acc_dtype: str, reduce: int, lanes: int = 16):
+    """What a dot-product instruction computes: into each of ``lanes`` accumulators, the products of the same
+    ``reduce`` activations with that lane's ``reduce`` weights, each operand widened to the accumulator's type."""
     from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
     def desc(
-        A: T.Buffer((4,), "uint8", offset_factor=1),
-        B: T.Buffer((16, 4), "int8", offset_factor=1),
-        C: T.Buffer((16,), "int32", offset_factor=1),
+        A: T.Buffer((reduce,), a_dtype, offset_factor=1),
+        B: T.Buffer((lanes, reduce), b_dtype, offset_factor=1),
+        C: T.Buffer((lanes,), acc_dtype, offset_factor=1),
     ) -> None:
         with T.sblock("root"):
-            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
-            T.writes(C[0:16])
-            for i in T.serial(0, 16):
-                for k in T.serial(0, 4):
+            T.reads(C[0:lanes], A[0:reduce], B[0:lanes, 0:reduce])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, reduce):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+                        C[vi] = C[vi] + T.cast(A[vk], acc_dtype) * T.cast(B[vi, vk], acc_dtype)
+
+    return desc
+
+
+def _vnni(byte_operands: bool):
+    from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
     def impl_bytes(
@@ -131,7 +139,7 @@ def _vnni(byte_operands: bool):
                 dtype="int32x16",
             )
 
-    return desc, impl_bytes if byte_operands else impl_dwords
+    return _dot_desc("uint8", "int8", "int32", 4), impl_bytes if byte_operands else impl_dwords
 
 
 # The function the bfloat16 intrinsic's implementation calls: the operands arrive as bit patterns (TIR cannot hold a
@@ -156,21 +164,6 @@ def _bf16_dot():
     from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
-    def desc(
-        A: T.Buffer((2,), "bfloat16", offset_factor=1),
-        B: T.Buffer((16, 2), "bfloat16", offset_factor=1),
-        C: T.Buffer((16,), "float32", offset_factor=1),
-    ) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:16], A[0:2], B[0:16, 0:2])
-            T.writes(C[0:16])
-            for i in T.serial(0, 16):
-                for k in T.serial(0, 2):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "float32") * T.cast(B[vi, vk], "float32")
-
-    @T.prim_func(s_tir=True)
     def impl(
         A: T.Buffer((2,), "bfloat16", offset_factor=1),
         B: T.Buffer((16, 2), "bfloat16", offset_factor=1),
@@ -193,7 +186,7 @@ def _bf16_dot():
                 B.data,
             )
 
-    return desc, impl
+    return _dot_desc("bfloat16", "bfloat16", "float32", 2), impl
 
 
 def target_has(target, feature: str) -> bool:

@@ -24,16 +24,16 @@ Every strategy works on every workload dtype (``dtypes``): a layout moves
 elements, whatever their type, and the offline rewrites (``IndexMap.map_tensor``)
 return the weights in their own dtype (int8, bfloat16, FP8).
 
-A sketch tiled for a tensor intrinsic (``intrinsics``: int8 on VNNI hardware, bfloat16 on AVX512-BF16)
-needs its weights in the order the instruction reads them, whatever the
-candidate's tiles: output channels in blocks of 16, each block's 4 (int8) or 2
-(bfloat16) reduction elements innermost (int8: HWIO -> O/16 H W I/4 16o 4i,
-KN -> N/16 K/4 16n 4k). The
-strategies that rewrite weights (``intrinsic_pack``) give such a sketch that
-layout, offline (pre-transformed, packed: the same layout for both) or as a
-parallel copy stage inside the program (transform-stage); their usual layout
-postprocessors serve every other sketch. no-rewrite reads the weights as given
-and so never offers tensorized sketches.
+A sketch tiled for a tensor intrinsic (``intrinsics``: int8 on VNNI hardware,
+bfloat16 on AVX512-BF16) needs its weights in the order the instruction reads
+them, whatever the candidate's tiles: output channels in blocks of 16, each
+block's 4 (int8) or 2 (bfloat16) reduction elements innermost (int8: HWIO ->
+O/16 H W I/4 16o 4i, KN -> N/16 K/4 16n 4k). The strategies that rewrite
+weights (``intrinsic_pack``) give such a sketch that layout, offline
+(pre-transformed, packed: the same layout for both) or as a parallel copy stage
+inside the program (transform-stage); their usual layout postprocessors serve
+every other sketch. no-rewrite reads the weights as given and so never offers
+tensorized sketches.
 """
 
 from __future__ import annotations
