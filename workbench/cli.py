@@ -124,14 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--prior",
         action="store_true",
         help="start the cost model from the prior that ships with the package (trained on the project's own "
-        "corpus; see README, 'Cost model'): it ranks the first rounds before anything is measured",
+        "corpus; see README, 'Search'): it ranks the first rounds before anything is measured",
     )
     t.add_argument(
         "--prune",
         default=None,
         metavar="RULES",
         help="rule-based pruning of the schedule space for a new session: 'all', or a comma list of "
-        "unvectorized, vector-width, serial (see README, 'Cost model'); programs breaking a rule are not "
+        "unvectorized, vector-width, serial (see README, 'Search'); programs breaking a rule are not "
         "measured; default none",
     )
     t.add_argument(

@@ -235,7 +235,7 @@ class TuningSession(SessionLifecycle):
         ``record``: a record id or a record (a dict or a ``records()`` row with its ``id``) of this workload;
         ``edits``: {decision index: new setting}, indices as ``space.decisions_of`` lists them (the inspector's
         ``#``): tile factors as a list multiplying to the loop's extent, a categorical decision's candidate
-        (an unroll step such as 64), a compute location (-2 root, -1 inline, else a loop). Raises
+        (an unroll step such as 64), a compute location (-2 inline, -1 root, else a loop). Raises
         ``space.InvalidEdit`` with one message per bad value.
         """
         return space.edit_decisions(self.workload, self._stored_schedule(record).trace, edits)
