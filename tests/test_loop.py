@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench import events as ev
-from workbench import loop
+from workbench import loop, noise
 from workbench.store import RecordStore
 
 # ---------------------------------------------------------------- typed events
@@ -182,6 +182,21 @@ def test_record_drops_the_build_of_a_dethroned_incumbent(store):
     assert builder.discarded == ["old"] and [p for p, _ in state.artifacts.values()] == ["new"]
 
 
+def test_a_confirmed_latency_is_noisy_when_its_confirmation_was_not_its_first_timing(store):
+    s, sid = store
+    record = loop.Record(s, sid, _Workload(), 0, loop.SearchState(), _Builder(), lambda p: None)
+    kw = dict(round=1, proposed_at=0.0, elapsed_s=0.0, keep_artifact=False)
+    noisy_first = dataclasses.replace(_timing(1.0), noisy=True)
+    clean = loop.Verdict(1.1, True, confirm_secs=[1.1e-3] * 2, confirm_spread=0.0, confirm_noisy=False)
+    disturbed = loop.Verdict(1.2, True, confirm_secs=[1.2e-3] * 2, confirm_spread=0.0, confirm_noisy=True)
+    unconfirmed = loop.Verdict(1.0, True)
+    r1 = record(_proposal(0), "a", "controller", noisy_first, clean, trial=1, path="p1", **kw)
+    r2 = record(_proposal(1), "a", "controller", _timing(1.0), disturbed, trial=2, path="p2", **kw)
+    r3 = record(_proposal(2), "a", "controller", noisy_first, unconfirmed, trial=3, path="p3", **kw)
+    stored = s.records(session_id=sid).set_index("id")["noisy"]
+    assert [bool(stored[r["id"]]) for r in (r1, r2, r3)] == [False, True, True]
+
+
 class _Guard:
     def __init__(self, samples):
         self.samples = samples
@@ -201,7 +216,11 @@ def test_confirm_remeasures_the_incumbents_and_reranks(store):
     b = record(_proposal(1), "b", "controller", _timing(1.2), loop.Verdict(1.2, True), trial=2, path="pb", **kw)
     assert state.best is a
     # b's challenger arrives; re-timed side by side, a's incumbent turns out slower than b's
-    guard = _Guard(lambda entries: {"candidate": [1.1e-3] * 3, a["id"]: [1.4e-3] * 3, b["id"]: [1.3e-3] * 3})
+    guard = _Guard(
+        lambda entries: noise.Confirmation(
+            {"candidate": [1.1e-3] * 3, a["id"]: [1.4e-3] * 3, b["id"]: [1.3e-3] * 3}, noisy={a["id"]}
+        )
+    )
     said = []
     confirm = loop.Confirm(guard, 3, _Workload(), s, state, said.append)
     v = confirm("b", "pc", [(1,)], first_ms=0.9)
@@ -210,6 +229,9 @@ def test_confirm_remeasures_the_incumbents_and_reranks(store):
     assert state.best is b and b["latency_ms"] == pytest.approx(1.3) and a["latency_ms"] == pytest.approx(1.4)
     stored = s.records(session_id=sid).set_index("id")
     assert stored.loc[a["id"], "latency_ms"] == pytest.approx(1.4)
+    # an incumbent's noisy flag follows its new latency's timings; so does the challenger's verdict
+    assert bool(stored.loc[a["id"], "noisy"]) and a["noisy"] and not stored.loc[b["id"], "noisy"]
+    assert not v.confirm_noisy
     assert {p.record_id for p in said} == {a["id"], b["id"]} and all(p.KIND == "best_remeasured" for p in said)
     assert loop.Confirm(guard, 0, _Workload(), s, state, said.append)("b", "pc", [], first_ms=0.9) == loop.Verdict(
         0.9, True

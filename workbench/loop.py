@@ -108,6 +108,7 @@ class Verdict:
     error_msg: str | None = None
     confirm_secs: list | None = None
     confirm_spread: float | None = None
+    confirm_noisy: bool = False  # a disturbed timing among confirm_secs (the latency comes from them)
 
 
 class CrossSeed:
@@ -368,25 +369,37 @@ class Confirm:
             if rec is not None and rec["id"] in st.artifacts:
                 incumbents[rec["id"]] = rec
         entries = [("candidate", path, shapes)] + [(rid, *st.artifacts[rid]) for rid in incumbents]
-        samples = self.guard.confirm(entries)
+        confirmation = self.guard.confirm(entries)
+        samples = confirmation.samples
         if not samples["candidate"]:
             return Verdict(first_ms, True)
         for rid, rec in incumbents.items():
             if samples[rid]:
-                self._remeasured(rid, rec["strategy"], samples[rid])
+                self._remeasured(rid, rec["strategy"], samples[rid], rid in confirmation.noisy)
         if st.best_by_strategy:  # an incumbent re-measured slower may no longer be the fastest overall
             st.best = min(st.best_by_strategy.values(), key=lambda r: r["latency_ms"])
         c = samples["candidate"]
-        return Verdict(float(np.median(c)) * 1e3, True, confirm_secs=c, confirm_spread=noise.spread(c))
+        return Verdict(
+            float(np.median(c)) * 1e3,
+            True,
+            confirm_secs=c,
+            confirm_spread=noise.spread(c),
+            confirm_noisy="candidate" in confirmation.noisy,
+        )
 
-    def _remeasured(self, rid: int, strategy: str, secs: list) -> None:
+    def _remeasured(self, rid: int, strategy: str, secs: list, noisy: bool) -> None:
         ms = float(np.median(secs)) * 1e3
         gflops = self.workload.flops / ms / 1e6
         self.store.update_record(
-            rid, latency_ms=ms, gflops=gflops, confirm_secs=json.dumps(secs), confirm_spread=noise.spread(secs)
+            rid,
+            latency_ms=ms,
+            gflops=gflops,
+            confirm_secs=json.dumps(secs),
+            confirm_spread=noise.spread(secs),
+            noisy=noisy,
         )
         for held in {id(r): r for r in self.state.incumbents() if r["id"] == rid}.values():
-            held["latency_ms"], held["gflops"] = ms, gflops
+            held["latency_ms"], held["gflops"], held["noisy"] = ms, gflops, noisy
         self.emit(ev.BestRemeasured(record_id=rid, strategy=strategy, latency_ms=ms, gflops=gflops, samples=len(secs)))
 
 
@@ -445,7 +458,8 @@ class Record:
             "proposed_at": proposed_at,
             "measured_at": time.time(),
             "elapsed_s": elapsed_s,
-            "noisy": timing.noisy,
+            # the latency's own samples decide: a confirmed latency is the median of the confirmation's timings
+            "noisy": verdict.confirm_noisy if verdict.confirm_secs is not None else timing.noisy,
             "noise": timing.reading,
             "cv": noise.cv(timing.run_secs) if err_cls is None else None,
             "confirm_secs": verdict.confirm_secs,

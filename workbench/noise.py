@@ -580,6 +580,8 @@ class NoiseGuard:
         self._settle()
         r = self.runner.run(path, shapes, repeat=repeat)
         if not self.watching or r.error_class is not None or not is_noisy(r.reading, self.policy):
+            if self.marking_only and self._probe_path is None and r.reading:
+                self.marking_only = False  # no probe to say the machine is back: an undisturbed timing says so
             return r, False
         info = dict(trial=trial, **_disturbance(r.reading))
         if self.policy.mode != "wait" or self.marking_only:
@@ -604,22 +606,33 @@ class NoiseGuard:
         )
         return r2, noisy
 
-    def confirm(self, entries: list) -> dict:
+    def confirm(self, entries: list) -> Confirmation:
         """Interleaved re-measurement against the winner's curse: ``entries`` are (key, path, shapes);
         ``confirm_rounds`` rounds time each in turn, one result (>= ``min_repeat_ms``) per entry and round, so
-        that every entry sees the same moments of the machine. Returns {key: [seconds per round, ...]}."""
-        out = {k: [] for k, _, _ in entries}
+        that every entry sees the same moments of the machine."""
+        out = Confirmation({k: [] for k, _, _ in entries}, set())
         for _ in range(self.policy.confirm_rounds):
             for key, path, shapes in entries:
-                r, _noisy = self.time(path, shapes, repeat=1)
+                r, noisy = self.time(path, shapes, repeat=1)
                 if r.error_class is None:
-                    out[key].extend(r.run_secs)
+                    out.samples[key].extend(r.run_secs)
+                    if noisy:
+                        out.noisy.add(key)
         return out
 
     def close(self) -> None:
         if self._probe_path:
             self.builder.discard(self._probe_path)
             self._probe_path = None
+
+
+@dataclass
+class Confirmation:
+    """``NoiseGuard.confirm``'s re-timings: ``samples[key]``, the seconds of each round's result for that entry;
+    ``noisy``, the keys with a disturbed timing among them (a latency taken from those samples is noisy)."""
+
+    samples: dict
+    noisy: set
 
 
 def _disturbance(reading: dict) -> dict:
