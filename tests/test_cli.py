@@ -65,6 +65,10 @@ def test_user_mistakes(tmp_path):
     )
     _one_line_error(cli("tune", "matmul-128", "--db", str(foreign)), "not a workbench records store")
     _one_line_error(cli("tune", "matmul-128", "--resume", "--db", db), "nothing to resume")
+    _one_line_error(
+        cli("tune", "matmul-128", "--resume", "--seed", "3", "--prior", "--db", db),
+        "keeps the settings it was made with: --seed, --prior cannot change them",
+    )
     _one_line_error(cli("show", str(tmp_path / "nope.db")), "does not exist")
     _one_line_error(cli("show", str(foreign)), "not a workbench records store")
     _one_line_error(cli("best", db, "matmul-128"), "no verified program")
@@ -112,6 +116,8 @@ def test_tune_json_show_best(tmp_path):
     assert b.returncode == 0, b.stderr
     assert "def apply_trace" in b.stdout and "T.prim_func" in b.stdout
     assert (tmp_path / "k.so").exists()
+    _one_line_error(cli("best", db, "t-mm", "--export", str(tmp_path / "no" / "k.so")), "no directory")
+    _one_line_error(cli("best", db, "t-mm", "--export", str(tmp_path)), "it is a directory")
 
 
 def _records(db):

@@ -314,3 +314,39 @@ def test_an_arm_that_keeps_losing_its_pairings_is_not_paired_again_and_a_close_o
     fresh.credit("pre-transformed", 0.9, source_ms=1.0)  # a win resets the count
     fresh.credit("pre-transformed", None, source_ms=1.0)
     assert "pre-transformed" in fresh.pair_targets("no-rewrite")
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_controller_restored_from_its_state_goes_on_as_the_original_would(policy):
+    import json
+
+    def controller():
+        return StrategyController(S, "auto", policy, **({"stage_trials": 8} if policy == "halving" else {}))
+
+    def played():
+        c = controller()
+        best = None
+        for k, lat in enumerate((3.0, 2.0, 4.0, 1.8, 2.5, 1.7, 2.2, 1.6)):
+            d = c.choose()
+            c.observe(d.strategy, lat, best, 8, predicted_mean=0.5 + 0.05 * k, model_trained=k > 2)
+            best = lat if best is None else min(best, lat)
+            if k == 4:
+                c.credit(S[2], 1.9, 1.7)  # a pairing
+        return c
+
+    original = played()
+    state = json.loads(json.dumps(original.state()))  # as a round_finished event stores it
+    restored = controller()
+    assert restored.restore(state)
+    assert restored.arms == original.arms and restored._rr == original._rr
+    assert restored.policy.snapshot() == original.policy.snapshot()
+    if policy != "uniform":  # uniform's draws are not kept: a resumed session draws anew
+        for _ in range(4):
+            a, b = original.choose(), restored.choose()
+            assert (a.strategy, a.scores) == (b.strategy, b.scores)
+            for c in (original, restored):
+                c.observe(a.strategy, 1.65, 1.6, 8)
+    # a state written before it held all of that (an older store) changes nothing
+    old = {k: v for k, v in state.items() if k != "policy_state"}
+    fresh = controller()
+    assert not fresh.restore(old) and all(a.rounds == 0 for a in fresh.arms.values())

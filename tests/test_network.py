@@ -137,3 +137,57 @@ def test_a_task_that_raises_ends_only_that_task(tmp_path):
     assert status == {"t-conv-nhwc": "failed", "t-mm": "finished"}
     assert len(store.records()) == 8  # the failed task's round is kept
     store.close()
+
+
+def test_a_task_that_cannot_open_fails_the_network_and_no_task_keeps_its_lock(tmp_path):
+    """A task's setup raising (its untuned program does not build, run or compute) ends the network; every task's
+    row says how it ended and none keeps its session lock, so each can be looked at or resumed."""
+    from workbench.errors import WorkbenchError
+    from workbench.session import TuningSession
+
+    db = str(tmp_path / "n.db")
+    s = NetworkSession([SMALL["conv_nhwc"], SMALL["matmul"]], trials=8, db=db, strategy="no-rewrite", **TINY)
+    events = []
+    s.subscribe(events.append)
+
+    def cannot_open(**_kw):
+        raise WorkbenchError("the naive program of t-mm failed to run (limit 600 s): timeout")
+
+    s.tasks[1].open = cannot_open
+    with pytest.raises(WorkbenchError, match="failed to run"):
+        s.run()
+    assert s.status == "failed" and [e.kind for e in events].count("network_failed") == 1
+    store = RecordStore(db, readonly=True)
+    rows = {x["workload"]: x for x in store.session_list()}
+    assert {w: r["status"] for w, r in rows.items()} == {"t-conv-nhwc": "failed", "t-mm": "failed"}
+    assert all(r["writer_pid"] is None for r in rows.values())
+    store.close()
+    # stopped before any task's turn: the tasks stay as created, unlocked, and can be resumed
+    db2 = str(tmp_path / "n2.db")
+    s2 = NetworkSession([SMALL["conv_nhwc"], SMALL["matmul"]], trials=8, db=db2, strategy="no-rewrite", **TINY)
+    s2.stop()
+    s2.run()
+    store = RecordStore(db2, readonly=True)
+    rows = store.session_list()
+    assert [r["status"] for r in rows] == ["created", "created"] and all(r["writer_pid"] is None for r in rows)
+    store.close()
+    TuningSession.resume(db2, session_id=rows[0]["id"], trials=1).store.close()  # no "running in another process"
+
+
+def test_a_task_without_a_valid_program_after_warm_up_is_dropped_with_a_task_dead_event(tmp_path):
+    s = NetworkSession(
+        [SMALL["conv_nhwc"], SMALL["matmul"]], trials=12, db=str(tmp_path / "n.db"), strategy="no-rewrite", **TINY
+    )
+    conv = s.tasks[0]
+
+    def every_candidate_fails():  # spends its granted trials, finds nothing valid (as if every build failed)
+        conv.trials_done = conv.trials
+        return True
+
+    conv.step = every_candidate_fails
+    events = []
+    s.subscribe(events.append)
+    summ = s.run()
+    dead = [e.data for e in events if e.kind == "task_dead"]
+    assert dead == [dict(dead[0], index=0, workload="t-conv-nhwc", reason="no valid program after warm-up")]
+    assert summ["status"] == "finished" and summ["tasks"][1]["trials"] == 8  # the rest went to the live task

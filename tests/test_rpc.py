@@ -306,6 +306,15 @@ def test_crashing_and_hanging_kernels_over_rpc(tmp_path, cluster):
         assert crash.error_class == "run-crash" and "crashed the RPC session" in crash.error_msg
         # Not retried: a crashing kernel must not take down one server per attempt.
         assert [h["state"] for h in health] == ["busy", "lost"]
+        # A library the server cannot load is the kernel's error, not a lost server: not retried elsewhere
+        junk = tmp_path / "junk"
+        junk.mkdir()
+        (junk / "kernel.tar").write_bytes(b"not a library")
+        del health[:]
+        bad = r.run(str(junk / "kernel.tar"), shapes)
+        assert bad.error_class == "run-error", bad
+        assert [h["state"] for h in health] == ["busy", "idle"], health
+        del health[:]
         t = time.time()
         slow = r.run(hang.path, shapes)
         assert slow.error_class == "run-timeout" and time.time() - t < 3 + 10 + 5

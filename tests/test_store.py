@@ -9,19 +9,22 @@ from workbench.errors import WorkbenchError
 from workbench.store import RecordStore
 
 
+_SESSION = dict(
+    workload="w",
+    spec={"name": "w"},
+    target={"kind": "llvm"},
+    preset="quick",
+    preset_params={},
+    seed=0,
+    trials=4,
+    strategies=["no-rewrite"],
+    strategy_arg="auto",
+    versions={},
+)
+
+
 def _session(store):
-    return store.create_session(
-        workload="w",
-        spec={"name": "w"},
-        target={"kind": "llvm"},
-        preset="quick",
-        preset_params={},
-        seed=0,
-        trials=4,
-        strategies=["no-rewrite"],
-        strategy_arg="auto",
-        versions={},
-    )
+    return store.create_session(**_SESSION)
 
 
 def _rec(sid, trial, lat=1.0, err=None):
@@ -179,3 +182,57 @@ def test_opening_a_second_view_in_this_process_keeps_the_writers_locks(tmp_path)
     view.close()
     writer.close()
     assert len(RecordStore(path, readonly=True).records(session_id=sid)) == 3
+
+
+def test_best_of_one_session_and_a_resumed_session_restores_its_own_bests(tmp_path):
+    import types
+
+    from workbench import loop
+    from workbench.session import TuningSession
+
+    s = RecordStore(str(tmp_path / "r.db"))
+    first, second = _session(s), _session(s)
+    s.add_record(_rec(first, 1, lat=0.5), None)  # another session's faster program
+    s.add_record({**_rec(second, 1, lat=0.8), "mod_hash": "s2"}, None)
+    assert s.best("w")["session_id"] == first
+    assert s.best("w", "no-rewrite", session_id=second)["latency_ms"] == 0.8
+    assert s.best("w", session_id=12345) is None
+    resumed = types.SimpleNamespace(
+        store=s, strategies=["no-rewrite"], workload=types.SimpleNamespace(name="w"), session_id=second
+    )
+    resumed.state = loop.SearchState()
+    TuningSession._restore_bests(resumed)
+    assert resumed.state.best["session_id"] == second and resumed.state.best["latency_ms"] == 0.8
+    assert resumed.state.best_by_strategy["no-rewrite"]["session_id"] == second
+
+
+@pytest.mark.parametrize("preset", ["imported", "transfer"])
+def test_a_session_that_holds_records_but_no_search_is_not_resumed(tmp_path, preset):
+    from workbench.session import TuningSession
+    from workbench.store import holds_a_search
+
+    s = RecordStore(str(tmp_path / "r.db"))
+    searched = _session(s)
+    held = s.create_session(**{**_SESSION, "preset": preset, "strategy_arg": preset})
+    assert holds_a_search(s.session(searched)) and not holds_a_search(s.session(held))
+    assert [d["resumable"] for d in s.session_list()] == [True, False]
+    assert s.latest_session("w")["id"] == held and s.latest_session("w", searches_only=True)["id"] == searched
+    with pytest.raises(WorkbenchError, match=f"holds {preset} records, not a search: nothing to resume"):
+        TuningSession.resume(s, session_id=held)
+    only = RecordStore(str(tmp_path / "only.db"))
+    only.create_session(**{**_SESSION, "preset": preset, "strategy_arg": preset})
+    with pytest.raises(WorkbenchError, match="no session for w to resume"):
+        TuningSession.resume(only, workload="w")
+
+
+def test_export_skips_the_sessions_of_model_tasks_and_says_so(tmp_path, capsys):
+    from workbench import cli
+
+    s = RecordStore(str(tmp_path / "m.db"))
+    task = {"name": "r18.fused_dense", "op": "relax-task", "params": {"task": "fused_dense", "args": [[1, 8]]}}
+    s.create_session(**{**_SESSION, "workload": task["name"], "spec": task})
+    s.close()
+    assert cli.main(["export", str(tmp_path / "m.db"), "--metaschedule", str(tmp_path / "ms")]) == 0
+    out = capsys.readouterr().out
+    assert "exported 0 records of 0 workloads" in out
+    assert "skipped 1 sessions whose workload their spec does not rebuild here: r18.fused_dense" in out

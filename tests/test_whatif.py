@@ -249,10 +249,14 @@ def test_the_inspector_measures_an_edited_variant_without_blocking(tuned):
 def test_a_resumed_session_counts_only_search_trials_against_its_budget(tuned):
     s = tuned["session"]
     n_user = int((s.records()["chosen_by"] == "user").sum())
+    n_search = len(whatif.search_records(s.records()))
     r = TuningSession.resume(tuned["db"], session_id=s.session_id, trials=5)
+    started = []
+    r.subscribe(lambda e: e.kind == "session_started" and started.append(e.data["trials_done"]))
     try:
         summary = r.run()
         assert summary["trials"] == 5 and summary["what_if"] == n_user
+        assert n_user and started == [n_search]  # what it starts from, as a progress bar counts: no what-if
         assert len(whatif.search_records(r.records())) == 5
     finally:
         r.store.close()

@@ -299,6 +299,28 @@ def _preset_overrides(args) -> dict:
     return {k: v for k, v in given.items() if v}
 
 
+def _no_settings_on_resume(args) -> None:
+    """A resumed session goes on with the settings it was made with: an option that would change them is a
+    mistake to report, not to ignore."""
+    changed = {
+        "--preset": args.preset != "quick",
+        "--seed": args.seed != 0,
+        "--target": args.target != "host",
+        "--strategy": args.strategy != "auto",
+        "--trials-per-round": args.trials_per_round is not None,
+        "--cost-model": args.cost_model is not None,
+        "--prior": args.prior,
+        "--prune": args.prune is not None,
+        "--deterministic": args.deterministic,
+    }
+    given = [flag for flag, is_set in changed.items() if is_set]
+    if given:
+        raise WorkbenchError(
+            f"a resumed session keeps the settings it was made with: {', '.join(given)} cannot change them "
+            "(with --resume: --trials, --runner and --noise)"
+        )
+
+
 def _pruning_rules(spec):
     from .pruning import parse_rules
 
@@ -319,11 +341,13 @@ def cmd_tune(args) -> int:
         from .rpc import parse_runner_url
 
         parse_runner_url(args.runner)
+    if args.resume:
+        _no_settings_on_resume(args)
     store = RecordStore(args.db)
     if args.resume:
-        row = store.latest_session(workload.name)
+        row = store.latest_session(workload.name, searches_only=True)
         if row is None:
-            raise WorkbenchError(f"nothing to resume: {args.db!r} has no session for {workload.name!r}")
+            raise WorkbenchError(f"nothing to resume: {args.db!r} has no tuning session for {workload.name!r}")
         session = TuningSession.resume(
             store,
             session_id=row["id"],
@@ -572,6 +596,9 @@ def cmd_export(args) -> int:
 
     n = export_store(args.db, args.metaschedule)
     print(f"exported {n['records']} records of {n['workloads']} workloads to {args.metaschedule}")
+    if n["skipped"]:
+        names = ", ".join(sorted({w for _, w, _ in n["skipped"]}))
+        print(f"skipped {len(n['skipped'])} sessions whose workload their spec does not rebuild here: {names}")
     return 0
 
 

@@ -93,11 +93,17 @@ class ArmPolicy(Protocol):
     controller picks the highest (ties: the earlier strategy). ``reward(...)`` folds a
     finished round into ``arm`` (the controller has already updated its rounds,
     trials, best and prediction). ``prune(arms, live)`` names arms to drop now; it
-    never names every live arm. Policies hold no lock: the controller calls them
-    under its own.
+    never names every live arm. ``snapshot()`` is the policy's own state beyond the
+    arms as JSON data, and ``restore(snapshot)`` takes it back, so that a resumed
+    session chooses as the stopped one would have. Policies hold no lock: the
+    controller calls them under its own.
     """
 
     name: str
+
+    def snapshot(self) -> dict: ...
+
+    def restore(self, snapshot: dict) -> None: ...
 
     def reward(
         self, arms: dict, arm: ArmState, round_best_ms: float | None, global_best_prev_ms: float | None
@@ -115,7 +121,17 @@ def _guide_ratio(arms: dict, live: list, s: str) -> float | None:
     return (p / pmax) if (pmax and pmax > 0 and p is not None) else None
 
 
-class OptimisticBestPolicy:
+class _ArmsOnly:
+    """A policy whose every decision follows from the arms: nothing of its own to keep across a resume."""
+
+    def snapshot(self) -> dict:
+        return {}
+
+    def restore(self, snapshot: dict) -> None:
+        pass
+
+
+class OptimisticBestPolicy(_ArmsOnly):
     name = "optimistic-best"
 
     def __init__(self, c: float = 0.2, lam: float = 0.3):
@@ -182,7 +198,7 @@ class ProjectedBestPolicy(OptimisticBestPolicy):
         return super().scores(projected, live)
 
 
-class UCBGainPolicy:
+class UCBGainPolicy(_ArmsOnly):
     name = "ucb-gain"
 
     def __init__(
@@ -246,6 +262,12 @@ class HalvingPolicy:
     def quota(self) -> int:
         return self.stage_trials * (2**self.stage)
 
+    def snapshot(self) -> dict:
+        return {"stage": self.stage}
+
+    def restore(self, snapshot: dict) -> None:
+        self.stage = int(snapshot.get("stage", self.stage))
+
     def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
         pass
 
@@ -266,7 +288,9 @@ class HalvingPolicy:
         return ranked[len(live) - len(live) // 2 :]
 
 
-class UniformPolicy:
+class UniformPolicy(_ArmsOnly):
+    """Its random draws are not kept across a resume: a resumed session draws anew from its seed."""
+
     name = "uniform"
 
     def __init__(self, seed: int = 0):
@@ -469,6 +493,9 @@ class StrategyController:
             self.arms[strategy].exhausted = True
 
     def state(self) -> dict:
+        """What a view shows (mode, policy, scores, each arm's rounds, trials, best, ...) and all that ``restore``
+        needs to go on from here (each arm's discounted counts, prediction, pairing losses and learning curve,
+        the round-robin position, the policy's ``snapshot``), as JSON data; latencies in ms, None for none."""
         with self._lock:
             return {
                 "mode": self.mode,
@@ -479,12 +506,51 @@ class StrategyController:
                     s: {
                         "rounds": a.rounds,
                         "trials": a.trials,
-                        "best_ms": a.best_ms if math.isfinite(a.best_ms) else None,
+                        "best_ms": _ms_or_none(a.best_ms),
                         "pruned": a.pruned,
                         "exhausted": a.exhausted,
                         "paired": a.paired,
+                        "pair_losses": a.pair_losses,
+                        "disc_n": a.disc_n,
+                        "disc_reward": a.disc_reward,
+                        "predicted": a.predicted,
+                        "history": [[n, _ms_or_none(b)] for n, b in a.history],
                     }
                     for s, a in self.arms.items()
                 },
+                "round_robin": self._rr,
+                "policy_state": self.policy.snapshot(),
                 "last": None if self.last is None else self.last.__dict__,
             }
+
+    def restore(self, state: dict) -> bool:
+        """Take back the arms and the policy's state from a ``state()`` (a resumed session's last finished round);
+        mode and manual pick are not taken back (a resumed session starts in its own mode). False, changing
+        nothing, for a state written before it held all that (an older store)."""
+        arms = state.get("arms") or {}
+        if "policy_state" not in state or any("history" not in a for a in arms.values()):
+            return False
+        with self._lock:
+            for s, a in arms.items():
+                if s not in self.arms:
+                    continue
+                self.arms[s] = ArmState(
+                    rounds=int(a["rounds"]),
+                    disc_n=float(a["disc_n"]),
+                    disc_reward=float(a["disc_reward"]),
+                    best_ms=math.inf if a["best_ms"] is None else float(a["best_ms"]),
+                    predicted=a["predicted"],
+                    pruned=bool(a["pruned"]),
+                    exhausted=bool(a["exhausted"]),
+                    trials=int(a["trials"]),
+                    history=[(int(n), math.inf if b is None else float(b)) for n, b in a["history"]],
+                    paired=int(a["paired"]),
+                    pair_losses=int(a["pair_losses"]),
+                )
+            self._rr = int(state.get("round_robin", 0))
+            self.policy.restore(state["policy_state"])
+        return True
+
+
+def _ms_or_none(ms: float) -> float | None:
+    return ms if math.isfinite(ms) else None

@@ -197,7 +197,7 @@ class RoundFinished(Payload):
     round_best_ms: float | None
     best_ms: float | None
     pruned: list
-    controller: dict  # the controller's state
+    controller: dict  # StrategyController.state(): what views show and what a resumed session restores
     phase_seconds: dict  # the round's wall seconds per step of the loop (session.PHASES)
     # When each step ran: [phase, start, end] in session-elapsed seconds (a timeline of the loop).
     phase_spans: list | None = optional()

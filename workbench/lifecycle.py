@@ -12,25 +12,60 @@ from .errors import WorkbenchError
 from .events import EventBus
 
 
-class SessionLifecycle:
-    _thread: threading.Thread | None = None
+ENDED_STATUSES = ("finished", "stopped", "failed")
+
+
+class PauseControl:
+    """Pause, resume and stop of a loop that runs in another thread and calls ``_block_while_paused`` between its
+    steps while ``paused``. A subclass sets ``status``; one in ``ENDED_STATUSES`` cannot be paused."""
+
     status: str = "created"
+
+    def _init_pause_control(self) -> None:
+        self._running = threading.Event()  # cleared while paused
+        self._running.set()
+        self._stop = threading.Event()
+        self._control = threading.Lock()  # a pause and a stop asked at once: the stop wins
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def pause(self) -> None:
+        """Pause after the candidate being measured (before the first round, if asked before it). Ignored once
+        ``stop()`` was asked or the session has ended: a pause never outlives a stop."""
+        with self._control:
+            if not self._stop.is_set() and self.status not in ENDED_STATUSES:
+                self._running.clear()
+
+    def resume_running(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        """Stop after the candidate being measured; a paused session stops at once."""
+        with self._control:
+            self._stop.set()
+            self._running.set()
+
+    def _block_while_paused(self) -> None:
+        """Returns when resumed or stopped."""
+        while not self._running.wait(0.5):
+            if self._stop.is_set():
+                return
+
+
+class SessionLifecycle(PauseControl):
+    _thread: threading.Thread | None = None
     error: BaseException | None = None
 
     def _init_lifecycle(self) -> None:
         self._bus = EventBus()
-        self._running = threading.Event()  # cleared while paused
-        self._running.set()
-        self._stop = threading.Event()
+        self._init_pause_control()
         self._thread = None
         self.status = "created"
         self.error = None
         self.trials_done = 0
         self.round = 0
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
 
     def subscribe(self, fn):
         """``fn(event)`` for every event of this session (called on the tuning thread)."""

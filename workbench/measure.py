@@ -47,6 +47,7 @@ import tempfile
 import numpy as np
 
 from . import dtypes, interfaces
+from .errors import WorkbenchError
 from .interfaces import BuildResult, RunResult
 
 __all__ = [
@@ -396,6 +397,12 @@ def verify(out: np.ndarray, ref: np.ndarray, dtype: str | None = None) -> tuple[
     return ok, f"max abs error {err.max():.3g} (scale {scale:.3g})"
 
 
+def _last_line(msg) -> str:
+    """The last non-empty line of an error text (TVM's tracebacks end with the message), at most 300 characters."""
+    lines = [line.strip() for line in str(msg or "").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no message"
+
+
 def naive_and_reference(
     workload,
     builder: interfaces.Builder,
@@ -408,25 +415,31 @@ def naive_and_reference(
 
     The naive program is the unscheduled PrimFunc built by TVM; it is timed with
     one call (it can be slow) and, for workloads without a NumPy reference, its
-    output on ``inputs`` is the reference.
+    output on ``inputs`` is the reference. ``WorkbenchError`` (one line) if it does not
+    build, run within ``timeout`` or compute: the spec is then beyond what can be tuned here.
     """
     need_output = workload.reference_kind == "tvm-naive"
     if not need_latency and not need_output:
         return None, workload.numpy_reference(inputs)
     [b] = builder.build([workload.mod])
     if b.path is None:
-        raise RuntimeError(f"the naive program of {workload.name} does not build: {b.error_msg}")
+        raise WorkbenchError(f"the naive program of {workload.name} does not build: {_last_line(b.error_msg)}")
     try:
         naive_ms = None
         if need_latency:
             r = runner.run(b.path, workload.arg_types, timeout=timeout, number=1, repeat=1, min_repeat_ms=0)
             if r.latency_ms is None:
-                raise RuntimeError(f"the naive program of {workload.name} failed to run: {r.error_msg}")
+                raise WorkbenchError(
+                    f"the naive program of {workload.name} failed to run (limit {timeout:.0f} s): "
+                    + _last_line(r.error_msg)
+                )
             naive_ms = r.latency_ms
         if need_output:
             out, _cls, msg = runner.compute(b.path, inputs, workload.arg_types[-1], timeout=timeout)
             if out is None:
-                raise RuntimeError(f"the naive program of {workload.name} failed to compute a reference: {msg}")
+                raise WorkbenchError(
+                    f"the naive program of {workload.name} failed to compute a reference: {_last_line(msg)}"
+                )
             return naive_ms, out.astype(np.float64)
         return naive_ms, workload.numpy_reference(inputs)
     finally:

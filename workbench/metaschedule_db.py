@@ -24,6 +24,9 @@ from .workloads import workload_from_spec
 
 
 def export_store(db: str, work_dir: str) -> dict:
+    """Every successful record of every session whose workload its spec rebuilds; ``{"records", "workloads",
+    "skipped"}``, ``skipped`` the sessions it does not (a ``workbench model`` task: its PrimFunc comes from the
+    model, not from the spec), as ``(session id, workload, why)``."""
     from tvm.s_tir import meta_schedule as ms
 
     tvm_env.setup()
@@ -32,9 +35,13 @@ def export_store(db: str, work_dir: str) -> dict:
         raise WorkbenchError(f"{work_dir!r} exists and is not a directory")
     os.makedirs(work_dir, exist_ok=True)
     msdb = ms.database.JSONDatabase(work_dir=work_dir)
-    n_rec, wls = 0, set()
+    n_rec, wls, skipped = 0, set(), []
     for sess in store.sessions():
-        w = workload_from_spec(sess["spec"])
+        try:
+            w = workload_from_spec(sess["spec"])
+        except WorkbenchError as e:
+            skipped.append((sess["id"], sess["workload"], str(e)))
+            continue
         target = tvm_env.make_target(sess["target"])
         wl = msdb.commit_workload(w.mod)
         for r in store.traces(sess["id"]):
@@ -47,7 +54,7 @@ def export_store(db: str, work_dir: str) -> dict:
             )
             n_rec += 1
             wls.add(w.name)
-    return {"records": n_rec, "workloads": len(wls)}
+    return {"records": n_rec, "workloads": len(wls), "skipped": skipped}
 
 
 def strategy_of_trace(workload, trace, contexts: dict) -> str | None:
@@ -103,6 +110,29 @@ def import_dir(work_dir: str, db: str, workload) -> int:
         }
         if "mattr" in attrs and len(attrs["mattr"]):
             target_dict["mattr"] = [str(a) for a in attrs["mattr"]]
+    from tvm.s_tir.schedule import Schedule
+
+    from .presets import get as get_preset
+
+    target_obj = tvm_env.make_target(target_dict)
+    contexts = {
+        name: space.tune_context(workload, target_obj, name, get_preset("quick"), seed=0, search=False)
+        for name in layouts.STRATEGIES
+    }
+    # every record is read and recognised before anything is written: a bad one leaves the store as it was
+    rows = []
+    for i, rec in enumerate(records, 1):
+        sch = Schedule(workload.mod)
+        rec.trace.apply_to_schedule(sch, remove_postproc=False)
+        strategy = strategy_of_trace(workload, rec.trace, contexts)
+        if strategy is None:
+            raise WorkbenchError(
+                f"record {i} of {work_dir!r} was not made by any of the workbench's layout strategies "
+                f"({', '.join(layouts.STRATEGIES)}): its program is not what their postprocessors "
+                "make of its decisions; nothing was imported"
+            )
+        secs = [float(x) for x in rec.run_secs] if rec.run_secs is not None else []
+        rows.append((i, sch, strategy, secs))
     sid = store.create_session(
         workload=workload.name,
         spec=workload.spec(),
@@ -115,27 +145,8 @@ def import_dir(work_dir: str, db: str, workload) -> int:
         strategy_arg="imported",
         versions=tvm_env.library_versions(),
     )
-    from tvm.s_tir.schedule import Schedule
-
-    from .presets import get as get_preset
-
-    target_obj = tvm_env.make_target(target_dict)
-    contexts = {
-        name: space.tune_context(workload, target_obj, name, get_preset("quick"), seed=0, search=False)
-        for name in layouts.STRATEGIES
-    }
     now = time.time()
-    for i, rec in enumerate(records, 1):
-        sch = Schedule(workload.mod)
-        rec.trace.apply_to_schedule(sch, remove_postproc=False)
-        strategy = strategy_of_trace(workload, rec.trace, contexts)
-        if strategy is None:
-            raise WorkbenchError(
-                f"record {i} of {work_dir!r} was not made by any of the workbench's layout strategies "
-                f"({', '.join(layouts.STRATEGIES)}): its program is not what their postprocessors "
-                "make of its decisions"
-            )
-        secs = [float(x) for x in rec.run_secs] if rec.run_secs is not None else []
+    for i, sch, strategy, secs in rows:
         lat = sorted(secs)[len(secs) // 2] if secs and min(secs) < 1e9 else None
         store.add_record(
             {

@@ -76,19 +76,25 @@ class NetworkSession(SessionLifecycle):
         # The shared cost model exists from the start (a notebook can inspect it); pools start with the session.
         p = self.preset
         self.model = cm.make_cost_model(p.cost_model, seed, p, tvm_env.available_cores(), with_prior=p.prior)
-        self.tasks = [
-            TuningSession(
-                w,
-                target=self.target_dict,
-                trials=trials,
-                preset=self.preset,
-                seed=seed + i,
-                db=self.store,
-                strategy=strategy,
-                model=self.model,
-            )
-            for i, w in enumerate(ws)
-        ]
+        self.tasks = []
+        try:
+            for i, w in enumerate(ws):
+                self.tasks.append(
+                    TuningSession(
+                        w,
+                        target=self.target_dict,
+                        trials=trials,
+                        preset=self.preset,
+                        seed=seed + i,
+                        db=self.store,
+                        strategy=strategy,
+                        model=self.model,
+                    )
+                )
+        except BaseException:
+            for t in self.tasks:  # each holds its session's lock from its construction on
+                t.abandon()
+            raise
         self.scheduler = GradientScheduler(
             [w.weight for w in ws],
             [float(w.flops) for w in ws],
@@ -116,18 +122,17 @@ class NetworkSession(SessionLifecycle):
 
     def pause(self) -> None:
         """Takes effect between candidates of the current round (or before the next round)."""
-        self._running.clear()
+        super().pause()
         for t in self.tasks:
             t.pause()
 
     def resume_running(self) -> None:
-        self._running.set()
+        super().resume_running()
         for t in self.tasks:
             t.resume_running()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._running.set()
+        super().stop()
         for t in self.tasks:
             t.stop()
 
@@ -228,7 +233,11 @@ class NetworkSession(SessionLifecycle):
             for t in self.tasks:
                 if self._stop.is_set():
                     break
-                t.open(builder=self.builder, runner=self.runner)  # search contexts, untuned baseline, reference
+                try:
+                    t.open(builder=self.builder, runner=self.runner)  # search contexts, untuned baseline, reference
+                except BaseException as e:
+                    t.fail(e)  # its own status and event say why the network failed
+                    raise
                 opened.append(t)
             self._emit(
                 ev.NetworkBaseline,
@@ -257,9 +266,15 @@ class NetworkSession(SessionLifecycle):
                 try:
                     self.store.update_session(t.session_id, trials=t.trials_done)
                     if t.error is None:  # a failed task was released when it failed
-                        t.close()
+                        if self.error is None:
+                            t.close()
+                        else:  # the network's failure ended it
+                            t.fail(self.error)
                 except Exception:
                     pass
+            for t in self.tasks:
+                if t not in opened and t.status == "created":  # stopped or failed before its turn came
+                    t.abandon()
             self._close_pools()
 
     def _open_pools(self) -> None:
@@ -279,7 +294,7 @@ class NetworkSession(SessionLifecycle):
     def _wait_if_paused(self) -> bool:
         if not self._running.is_set():
             self._emit(ev.NetworkPaused, trials_done=self.trials_done)
-            self._running.wait()
+            self._block_while_paused()
             if not self._stop.is_set():
                 self._emit(ev.NetworkResumed, trials_done=self.trials_done)
         return not self._stop.is_set()
@@ -289,7 +304,13 @@ class NetworkSession(SessionLifecycle):
         while self.trials_done < self.trials:
             if not self._wait_if_paused():
                 return "stopped"
+            dead_before = set(self.scheduler.dead)
             choice = self.scheduler.next()
+            for i in sorted(self.scheduler.dead - dead_before):  # the warm-up over, those without a valid program
+                t = self.tasks[i]
+                self._emit(
+                    ev.TaskDead, task=t, index=i, workload=t.workload.name, reason="no valid program after warm-up"
+                )
             if choice is None:
                 return "every task is dead (no new programs to propose, or failed)"
             i = choice.task

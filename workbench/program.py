@@ -9,6 +9,8 @@ calling the program applies it for you.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import layouts, space, tvm_env
@@ -154,6 +156,14 @@ class TunedProgram:
         }
 
     def export(self, path: str) -> str:
-        """A shared library of the kernel (``tvm.runtime.load_module`` loads it)."""
+        """A shared library of the kernel (``tvm.runtime.load_module`` loads it); ``WorkbenchError`` (one line)
+        when ``path`` cannot be written."""
+        where = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(where):
+            raise WorkbenchError(f"cannot export to {path!r}: no directory {where!r}")
+        if os.path.isdir(path):
+            raise WorkbenchError(f"cannot export to {path!r}: it is a directory (name the library file, e.g. k.so)")
+        if not os.access(where, os.W_OK):
+            raise WorkbenchError(f"cannot export to {path!r}: {where!r} is not writable")
         self.build().export_library(path)
         return path

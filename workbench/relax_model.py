@@ -676,8 +676,19 @@ def extract(model: RelaxModel, target="host", prefix: str | None = None) -> list
 # ---------------------------------------------------------------------------------------- compile and run
 
 
+def best_record_of_task(store, task) -> dict | None:
+    """The best verified record of the sessions that tuned exactly ``task``: its name and its arguments' shapes
+    (the spec's ``params``). A store can hold the same fused function's name at other shapes (a model built with
+    another ``--image``, ``--width`` or ``--batch``), whose schedules do not fit this one."""
+    want = task.spec()["params"]
+    ids = [r["id"] for r in store.sessions() if r["workload"] == task.name and (r["spec"] or {}).get("params") == want]
+    bests = [b for b in (store.best(task.name, session_id=i) for i in ids) if b is not None]
+    return min(bests, key=lambda b: b["latency_ms"]) if bests else None
+
+
 def database(store, tasks: list[RelaxTask], target="host", work_dir: str | None = None):
-    """A MetaSchedule database with the best verified record of every tuned task (JSON when work_dir is given)."""
+    """A MetaSchedule database with the best verified record of every tuned task (``best_record_of_task``; JSON
+    when work_dir is given)."""
     from tvm.s_tir import meta_schedule as ms
 
     from . import space
@@ -688,7 +699,7 @@ def database(store, tasks: list[RelaxTask], target="host", work_dir: str | None 
     db = ms.database.JSONDatabase(work_dir=work_dir) if work_dir else ms.database.MemoryDatabase()
     used = []
     for w in tasks:
-        b = store.best(w.name)
+        b = best_record_of_task(store, w)
         if b is None:
             continue
         sch = space.schedule_from_trace_json(w, b["trace"])

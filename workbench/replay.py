@@ -15,11 +15,12 @@ import time
 
 from .errors import WorkbenchError
 from .events import Event, EventBus, EventKind, Paused, Resumed, Stopped
+from .lifecycle import PauseControl
 from .noise import MeasurementGate
-from .store import RecordStore
+from .store import WHAT_IF_CHOSEN_BY, WHAT_IF_ROUND, RecordStore
 
 
-class ReplaySession:
+class ReplaySession(PauseControl):
     """A recorded session played back; an ``interfaces.SessionView``."""
 
     replay = True
@@ -43,9 +44,7 @@ class ReplaySession:
         self.max_gap = max_gap
         self._events = self.store.session_events(self.session_id)
         self._bus = EventBus()
-        self._running = threading.Event()
-        self._running.set()
-        self._stop = threading.Event()
+        self._init_pause_control()
         self._thread = None
         self._last_record_id = 0
         self.status = "created"
@@ -73,20 +72,6 @@ class ReplaySession:
             return not self._thread.is_alive()
         return True
 
-    def pause(self):
-        self._running.clear()
-
-    def resume_running(self):
-        self._running.set()
-
-    def stop(self):
-        self._stop.set()
-        self._running.set()
-
-    @property
-    def paused(self):
-        return not self._running.is_set()
-
     def records(self, with_trace: bool = False):
         df = self.store.records(session_id=self.session_id, with_trace=with_trace)
         return df[df["id"] <= self._last_record_id].reset_index(drop=True) if len(df) else df
@@ -94,9 +79,9 @@ class ReplaySession:
     def _trials_done(self) -> int:
         return int(
             self.store.conn.execute(
-                # a person's what-if records (chosen_by "user" in round 0, workbench.whatif) spend no trials
+                # a person's what-if records (store.is_what_if) spend no trials
                 "SELECT COUNT(*) FROM records WHERE session_id=? AND id<=? AND NOT (chosen_by=? AND round=?)",
-                (self.session_id, self._last_record_id, "user", 0),
+                (self.session_id, self._last_record_id, WHAT_IF_CHOSEN_BY, WHAT_IF_ROUND),
             ).fetchone()[0]
         )
 
@@ -113,7 +98,7 @@ class ReplaySession:
                         Paused(trials_done=self._trials_done(), replay=True), self.session_id, time.time(), e["elapsed"]
                     )
                 )
-                self._running.wait()
+                self._block_while_paused()
                 if self._stop.is_set():
                     break
                 self.status = "running"

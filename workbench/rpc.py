@@ -125,6 +125,7 @@ def _remote_call(url, port, matchkey, session_timeout, mode, path, data, number,
         phase = "upload"
         name = os.path.basename(os.path.dirname(path)) + ".tar"
         sess.upload(path, name)
+        phase = "load"  # the server has the file: from here, a failure is the kernel's or the data's, not the link's
         mod = sess.load_module(name)
         dev = sess.cpu()
         entry = "main"
@@ -366,7 +367,10 @@ class RPCRunner(interfaces.BatchRunner):
     def _request(self, k: int):
         """(host, port, matchkey) of a free server, from this slot's own tracker connection."""
         if self._trackers[k] is None:
-            self._trackers[k] = _tracker_session(self.host, self.port)
+            try:
+                self._trackers[k] = _tracker_session(self.host, self.port)
+            except WorkbenchError as e:  # the tracker went away since the session started
+                raise _Unavailable(str(e)) from None
         t = self._trackers[k]
         t.settimeout(self.request_timeout)
         try:
@@ -387,6 +391,8 @@ class RPCRunner(interfaces.BatchRunner):
     def _slot(self, k, todo, done, stop, proceed):
         try:
             self._serve(k, todo, done, stop, proceed)
+        except Exception as e:  # noqa: BLE001 - whatever ends a slot, the session hears of it: no job just vanishes
+            done.put(_Unavailable(f"an RPC slot failed: {type(e).__name__}: {e}"))
         finally:
             self._free.put(k)
 
@@ -452,7 +458,7 @@ class RPCRunner(interfaces.BatchRunner):
             self._health(server, "timeout", message=f"session ended by the server after {job.timeout:g} s")
             return RunResult([], "run-timeout", f"on {server}: {msg}"), False
         connection_lost = phase in ("connect", "upload") or _is_connection_error(msg)
-        if connection_lost and phase == "run" and _still_listening(url, port):
+        if connection_lost and phase in ("load", "run") and _still_listening(url, port):
             # The server still listens: its session (the kernel's process) died, not the server.
             h.errors += 1
             self._health(server, "lost", message=f"a kernel crashed its session: {msg}")

@@ -14,7 +14,8 @@ The session owns lifecycle (status, pause, stop, resume from a store) and state;
 the steps do the work.
 
 ``run()`` blocks; ``start()`` runs the same loop in a background thread;
-``pause()``, ``resume()`` and ``stop()`` take effect between candidates.
+``pause()``, ``resume_running()`` and ``stop()`` take effect between candidates; the classmethod
+``TuningSession.resume(db, ...)`` continues a stopped or killed session from its store.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .controller import StrategyController, make_policy
 from .errors import WorkbenchError
 from .lifecycle import SessionLifecycle
 from .loop import PHASES  # noqa: F401 - re-exported: the phases of round_finished.phase_seconds
-from .store import RecordStore, release_session_lock, session_lock
+from .store import RecordStore, holds_a_search, release_session_lock, session_lock
 from .workloads import Workload, registry, workload_from_spec
 
 DEFAULT_DB = "workbench.db"
@@ -168,12 +169,19 @@ class TuningSession(SessionLifecycle):
         """Continue a stopped or killed session from its store; no measured record is lost."""
         store = db if isinstance(db, RecordStore) else RecordStore(db)
         if session_id is None:
-            sessions = [s for s in store.sessions() if workload is None or s["workload"] == workload]
+            sessions = [
+                s for s in store.sessions() if (workload is None or s["workload"] == workload) and holds_a_search(s)
+            ]
             if not sessions:
                 raise WorkbenchError(f"no session{' for ' + workload if workload else ''} to resume in {store.path!r}")
             row = sessions[-1]
         else:
             row = store.session(session_id)
+            if not holds_a_search(row):
+                raise WorkbenchError(
+                    f"session {session_id} of {store.path!r} holds {row['preset']} records, not a search: "
+                    "nothing to resume (start a new session instead)"
+                )
         kw.setdefault("strategy", row["strategy_arg"])
         overrides = {
             k: (tuple(v) if isinstance(v, list) else v) for k, v in row["preset_params"].items() if k != "name"
@@ -193,17 +201,6 @@ class TuningSession(SessionLifecycle):
     @property
     def _thread_name(self) -> str:
         return self.workload.name
-
-    def pause(self) -> None:
-        if self._running.is_set() and self.status == "running":
-            self._running.clear()
-
-    def resume_running(self) -> None:
-        self._running.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._running.set()
 
     @property
     def cost_model(self):
@@ -236,9 +233,11 @@ class TuningSession(SessionLifecycle):
         ``edits``: {decision index: new setting}, indices as ``space.decisions_of`` lists them (the inspector's
         ``#``): tile factors as a list multiplying to the loop's extent, a categorical decision's candidate
         (an unroll step such as 64), a compute location (-2 inline, -1 root, else a loop). Raises
-        ``space.InvalidEdit`` with one message per bad value.
+        ``space.InvalidEdit`` with one message per bad value. Replaying the trace takes a core for a moment:
+        it waits, as ``measure`` does, until the loop is not timing a kernel.
         """
-        return space.edit_decisions(self.workload, self._stored_schedule(record).trace, edits)
+        with self._bench:
+            return space.edit_decisions(self.workload, self._stored_schedule(record).trace, edits)
 
     def measure(self, trace_or_schedule, strategy: str | None = None) -> dict:
         """Build, time, verify and store a program a person made (``chosen_by = "user"``); returns its record.
@@ -248,8 +247,8 @@ class TuningSession(SessionLifecycle):
         the session tunes (after the candidate in flight), while paused and after it has ended; it spends no
         budget. Thread-safe; blocks for the build and the timing. Details in ``workbench/whatif.py``.
         """
-        strategy, sch = whatif.program_of(self, trace_or_schedule, strategy)
-        with self._bench:
+        with self._bench:  # making the program (replay, postprocessors) takes a core too: not while timing
+            strategy, sch = whatif.program_of(self, trace_or_schedule, strategy)
             if self._tools_live:
                 return whatif.run(self, strategy, sch, whatif.live_tools(self), self.trials_done, self._elapsed())
             stored = self.records()
@@ -327,18 +326,29 @@ class TuningSession(SessionLifecycle):
         self.status = status
         self.store.update_session(self.session_id, status=status)
 
+    def _record_failure(self, e: BaseException) -> None:
+        """Status ``failed`` and a ``failed`` event for ``e``. The store may be what failed: then the status stays
+        in memory (the store's row reads "interrupted" once the session's lock is gone) and the event reaches the
+        subscribers unstored, so a view still learns that the session ended."""
+        self.error = e
+        self.status = "failed"
+        payload = ev.Failed(message=f"{type(e).__name__}: {e}")
+        try:
+            self._set_status("failed")
+        except Exception:
+            pass
+        try:
+            self._emit(payload)
+        except Exception:
+            self._bus.emit(ev.Event.of(payload, self.session_id, time.time(), self._elapsed()))
+
     def _loop(self) -> None:
         try:
             self.open()
             self._search()
             self._finish()
         except BaseException as e:  # noqa: BLE001 - recorded, then re-raised by run()
-            self.error = e
-            self._set_status("failed")
-            try:
-                self._emit(ev.Failed(message=f"{type(e).__name__}: {e}"))
-            except Exception:
-                pass
+            self._record_failure(e)
         finally:
             self._teardown()
 
@@ -367,9 +377,12 @@ class TuningSession(SessionLifecycle):
         self.inputs = w.make_inputs(seed=1234)
         self.state = loop.SearchState()
         prior = self.store.traces(self.session_id) if self._resumed else []
+        searched = 0
         if prior:
-            self._elapsed_offset = self.store.records(session_id=self.session_id)["elapsed_s"].max()
+            stored = self.store.records(session_id=self.session_id)
+            self._elapsed_offset = stored["elapsed_s"].max()
             self._t0 = time.time()
+            searched = len(whatif.search_records(stored))  # what-if records spend no trials
         self._emit(
             ev.SessionStarted(
                 workload=w.name,
@@ -383,7 +396,7 @@ class TuningSession(SessionLifecycle):
                 mode=self.controller.mode,
                 db=self.db_path,
                 resumed=self._resumed,
-                trials_done=len(prior),
+                trials_done=searched,
                 reference=w.reference_kind,
                 weight_indices=w.weight_indices,
                 cost_model=self.model.name,
@@ -483,14 +496,17 @@ class TuningSession(SessionLifecycle):
         self.model.train()
 
     def _restore_arms(self, rec) -> None:
-        """The controller's arms from the session's records: each strategy's own rounds as one observed round,
-        then its pairings (loop.paired_measurements) credited in the order they were measured, so the arms'
-        trials, paired counts and pairing losses are what they were."""
-        round_strategy = {
-            e["data"]["round"]: e["data"]["strategy"]
-            for e in self.store.events(self.session_id)
-            if e["kind"] == "round_started"
-        }
+        """The controller as it was after the session's last finished round (``StrategyController.restore`` of
+        that round's ``round_finished`` state), then the records of a round the stop cut short; for a store
+        whose events do not hold the whole state, from the records alone: each strategy's own rounds as one
+        observed round, then its pairings (loop.paired_measurements) credited in the order they were measured,
+        so the arms' trials, paired counts and pairing losses are what they were."""
+        events = self.store.events(self.session_id)
+        round_strategy = {e["data"]["round"]: e["data"]["strategy"] for e in events if e["kind"] == "round_started"}
+        finished = [e["data"] for e in events if e["kind"] == "round_finished" and e["data"].get("controller")]
+        rec = whatif.search_records(rec)  # a person's what-if is no trial of an arm
+        if finished and self.controller.restore(finished[-1]["controller"]):
+            rec = rec[rec["round"] > finished[-1]["round"]]
         pairs = loop.paired_measurements(rec, round_strategy) if len(rec) else []
         of_own_round = np.array([round_strategy.get(r, s) == s for r, s in zip(rec["round"], rec["strategy"])], bool)
         for s in self.strategies:
@@ -505,8 +521,8 @@ class TuningSession(SessionLifecycle):
     def _restore_bests(self) -> None:
         st = self.state
         for s in self.strategies:
-            b = self.store.best(self.workload.name, s)
-            if b is not None and b["session_id"] == self.session_id:
+            b = self.store.best(self.workload.name, s, session_id=self.session_id)
+            if b is not None:
                 st.best_by_strategy[s] = b
                 if st.best is None or b["latency_ms"] < st.best["latency_ms"]:
                     st.best = b
@@ -547,7 +563,7 @@ class TuningSession(SessionLifecycle):
             self._set_status("paused")
             self._emit(ev.Paused(trials_done=self.trials_done))
             with self.measurement_gate.suspended():  # paused mid-round: a live view may draw meanwhile
-                self._running.wait()
+                self._block_while_paused()
             if not self._stop.is_set():
                 self._set_status("running")
                 self._emit(ev.Resumed(trials_done=self.trials_done))
@@ -584,12 +600,16 @@ class TuningSession(SessionLifecycle):
         """Instead of ``close()``: record ``e`` as what ended this session (status ``failed``, a ``failed``
         event), then release it. For a driver whose step of this session raised (NetworkSession); every record
         measured before is kept."""
-        self.error = e
         try:
-            self._set_status("failed")
-            self._emit(ev.Failed(message=f"{type(e).__name__}: {e}"))
+            self._record_failure(e)
         finally:
             self._teardown()
+
+    def abandon(self) -> None:
+        """Release a session that was never opened (a driver stopped or failed before its turn): its lock, so that
+        it can be resumed later; its row stays ``created``, with no records."""
+        release_session_lock(self._lock)
+        self._lock = None
 
     def grant(self, n: int) -> None:
         """Allow ``n`` more trials than measured so far (a driver sharing one budget among sessions)."""
@@ -665,6 +685,7 @@ class TuningSession(SessionLifecycle):
             return None
         with _timed(phases, "features"):
             proposals = self.predict(strategy, proposals)
+        dropped = dict(self.predict.dropped)  # before the pairings' own predictions replace it
         self._emit(
             ev.CandidatesProposed(
                 round=self.round,
@@ -724,7 +745,7 @@ class TuningSession(SessionLifecycle):
                 controller=self.controller.state(),
                 phase_seconds={k: round(v, 3) for k, v in phases.items()},
                 phase_spans=phases.spans,
-                pruned_programs=dict(self.predict.dropped) if self.pruner.enabled else None,
+                pruned_programs=dropped if self.pruner.enabled else None,
                 pruning_counts=self.pruner.snapshot() if self.pruner.enabled else None,
             )
         )

@@ -218,6 +218,33 @@ def effective_status(db_path: str, row: dict) -> str:
     return row["status"]
 
 
+# A person's what-if measurement (workbench.whatif): chosen by the user in round 0, which no search round has. It
+# spends no trial and belongs to no round: counts of trials, shares of them and per-round figures leave it out.
+WHAT_IF_CHOSEN_BY = "user"
+WHAT_IF_ROUND = 0
+
+
+def is_what_if(rec) -> bool:
+    """A record (dict or DataFrame row) measured by ``TuningSession.measure``, not by the search."""
+    return rec.get("chosen_by") == WHAT_IF_CHOSEN_BY and rec.get("round") == WHAT_IF_ROUND
+
+
+def search_records(df):
+    """The rows of a records DataFrame that the search measured (the what-if rows left out)."""
+    if not len(df) or "chosen_by" not in df or "round" not in df:
+        return df
+    return df[~((df["chosen_by"] == WHAT_IF_CHOSEN_BY) & (df["round"] == WHAT_IF_ROUND))]
+
+
+# Sessions that hold records but no search that could go on: transfer-tuning's and those imported from MetaSchedule.
+RECORDS_ONLY_PRESETS = ("transfer", "imported")
+
+
+def holds_a_search(session_row: dict) -> bool:
+    """Whether a session row is a search ``TuningSession.resume`` can continue (its preset is a search's)."""
+    return session_row["preset"] not in RECORDS_ONLY_PRESETS and session_row.get("status") != "imported"
+
+
 def runs_path(name: str) -> str:
     """The path of a notebook's records store ``name`` in a stable place: ``workbench-runs/`` under the working
     directory, or the directory ``$WORKBENCH_RUNS`` names; the directory is created if missing. After a kernel
@@ -511,8 +538,9 @@ class RecordStore:
         out = []
         for r in self.conn.execute(
             "SELECT s.id, s.workload, s.strategy_arg, s.preset, s.status, s.trials, s.created_at, s.updated_at,"
-            # a person's what-if measurement (chosen_by "user", round 0: workbench.whatif) spends no trial
-            " COUNT(CASE WHEN NOT (r.chosen_by='user' AND r.round=0) THEN r.id END) AS trials_done,"
+            # a person's what-if measurement (is_what_if) spends no trial
+            f" COUNT(CASE WHEN NOT (r.chosen_by='{WHAT_IF_CHOSEN_BY}' AND r.round={WHAT_IF_ROUND}) THEN r.id END)"
+            " AS trials_done,"
             " MIN(CASE WHEN r.error_class IS NULL AND r.verified=1 THEN r.latency_ms END) AS best_latency_ms,"
             " MAX(CASE WHEN r.error_class IS NULL AND r.verified=1 THEN r.gflops END) AS best_gflops"
             " FROM sessions s LEFT JOIN records r ON r.session_id = s.id GROUP BY s.id ORDER BY s.id"
@@ -521,15 +549,17 @@ class RecordStore:
             d["writer_pid"] = session_writer(self.path, d["id"])
             d["status"] = "interrupted" if d["status"] in LIVE_STATUSES and d["writer_pid"] is None else d["status"]
             # transfer-tuning and imported sessions hold records, not a search that can go on
-            d["resumable"] = d["writer_pid"] is None and d["preset"] != "transfer" and d["status"] != "imported"
+            d["resumable"] = d["writer_pid"] is None and holds_a_search(d)
             out.append(d)
         return out
 
-    def latest_session(self, workload: str) -> dict | None:
-        r = self.conn.execute(
-            "SELECT * FROM sessions WHERE workload=? ORDER BY id DESC LIMIT 1", (workload,)
-        ).fetchone()
-        return None if r is None else _session_row(r)
+    def latest_session(self, workload: str, searches_only: bool = False) -> dict | None:
+        """The newest session of ``workload`` (with ``searches_only``, the newest that ``holds_a_search``)."""
+        for r in self.conn.execute("SELECT * FROM sessions WHERE workload=? ORDER BY id DESC", (workload,)):
+            row = _session_row(r)
+            if not searches_only or holds_a_search(row):
+                return row
+        return None
 
     def records(self, session_id: int | None = None, workload: str | None = None, with_trace: bool = False):
         """A pandas DataFrame of measured candidates, in measurement order."""
@@ -593,12 +623,16 @@ class RecordStore:
             )
         ]
 
-    def best(self, workload: str, strategy: str | None = None) -> dict | None:
+    def best(self, workload: str, strategy: str | None = None, session_id: int | None = None) -> dict | None:
+        """The fastest verified record of ``workload`` (of one strategy, of one session, when given), or None."""
         sql = "SELECT * FROM records WHERE workload=? AND error_class IS NULL AND latency_ms IS NOT NULL AND verified=1"
         args = [workload]
         if strategy:
             sql += " AND strategy=?"
             args.append(strategy)
+        if session_id is not None:
+            sql += " AND session_id=?"
+            args.append(session_id)
         r = self.conn.execute(sql + " ORDER BY latency_ms LIMIT 1", args).fetchone()
         if r is None:
             return None

@@ -17,6 +17,7 @@ mismatch.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -82,23 +83,23 @@ class TransferResult:
 
 
 def source_bank(db: str) -> list[SourceSchedule]:
-    """The best verified schedule of every (workload, strategy) in a store (Transfer-tuning's 'distilled' logs)."""
+    """The best verified schedule of every (workload, strategy) in a store (Transfer-tuning's 'distilled' logs).
+    A workload is its spec, not its name: two specs of one name (another shape) are two sources, each with the
+    records of its own sessions."""
     store = RecordStore(db, readonly=True)
-    bank = []
-    seen = set()
+    best: dict = {}  # (spec as JSON, strategy) -> (workload, its best record)
     for sess in store.sessions():
         try:
             w = workload_from_spec(sess["spec"])
         except WorkbenchError:  # e.g. a Relax-extracted task (relax_model.RelaxTask): no generator to replay onto
             continue
+        spec = json.dumps(sess["spec"], sort_keys=True)
         for strategy in sess["strategies"]:
-            key = (w.name, strategy)
-            if key in seen:
-                continue
-            b = store.best(w.name, strategy)
-            if b is not None:
-                seen.add(key)
-                bank.append(SourceSchedule(w, strategy, b["trace"], b["latency_ms"], b["id"]))
+            b = store.best(w.name, strategy, session_id=sess["id"])
+            key = (spec, strategy)
+            if b is not None and (key not in best or b["latency_ms"] < best[key][1]["latency_ms"]):
+                best[key] = (w, b)
+    bank = [SourceSchedule(w, s, b["trace"], b["latency_ms"], b["id"]) for (_spec, s), (w, b) in best.items()]
     if not bank:
         raise WorkbenchError(f"{db!r} holds no verified schedule to transfer")
     return bank
@@ -108,7 +109,10 @@ def replay_onto(target: Workload, src: SourceSchedule, tvm_target):
     """The source trace on the target workload, tile decisions repaired; (schedule, repaired) or (None, why)."""
     from tvm.s_tir.schedule import Schedule
 
-    full = space.schedule_from_trace_json(src.workload, src.trace_json).trace
+    try:
+        full = space.schedule_from_trace_json(src.workload, src.trace_json).trace
+    except WorkbenchError as e:  # a stored trace that does not rebuild here: this source is skipped, not the target
+        return None, f"source trace unreadable: {str(e)[:200]}"
     sch = Schedule(target.mod)
     repaired = [False]
 

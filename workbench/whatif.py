@@ -32,22 +32,14 @@ from . import cost_model as cm
 from . import events as ev
 from . import loop, measure, noise, space, tvm_env
 from .errors import WorkbenchError
-from .store import release_session_lock, session_lock
 
-CHOSEN_BY = "user"
-ROUND = 0  # a what-if record belongs to no search round
+# is_what_if and search_records are the what-if's own predicates, kept with the store so that readers without TVM
+# (the HTML report, the dashboard) use the same ones
+from .store import WHAT_IF_CHOSEN_BY, WHAT_IF_ROUND, release_session_lock, session_lock
+from .store import is_what_if, search_records  # noqa: F401 - re-exported
 
-
-def is_what_if(rec) -> bool:
-    """A record (dict or DataFrame row) measured by ``TuningSession.measure``, not by the search."""
-    return rec.get("chosen_by") == CHOSEN_BY and rec.get("round") == ROUND
-
-
-def search_records(df):
-    """The rows of a records DataFrame that the search measured (the what-if rows left out)."""
-    if not len(df):
-        return df
-    return df[~((df["chosen_by"] == CHOSEN_BY) & (df["round"] == ROUND))]
+CHOSEN_BY = WHAT_IF_CHOSEN_BY
+ROUND = WHAT_IF_ROUND  # a what-if record belongs to no search round
 
 
 @dataclass
