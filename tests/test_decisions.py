@@ -280,6 +280,16 @@ def test_pairwise_accuracy_and_recall_at_k_by_hand():
     assert q.loc[1, "pairwise"] == pytest.approx(5 / 6) and q.loc[1, "k"] == 1 and q.loc[1, "topk_recall"] == 1.0
     # round 2: the failure is left out of the pairs, but counts as 0 GFLOPS for recall@k (the model put it first)
     assert q.loc[2, "pairwise"] == 1.0 and q.loc[2, "topk_recall"] == 0.0
+    # a wrong result keeps its timing (and so its GFLOPS) in the store, but it is a failure all the same; a
+    # person's what-if (round 0) belongs to no round
+    r3 = dict(round=3, strategy="s", chosen_by="controller")
+    more = [{**r, "chosen_by": "controller"} for r in recs] + [
+        {**r3, "predicted_score": 9.0, "gflops": 99.0, "error_class": "wrong-result"},  # the model's pick
+        {**r3, "predicted_score": 1.0, "gflops": 2.0, "error_class": None},
+        dict(round=0, strategy="s", chosen_by="user", predicted_score=1.0, gflops=5.0, error_class=None),
+    ]
+    q = round_quality(more).set_index("round")
+    assert list(q.index) == [1, 2, 3] and q.loc[3, "topk_recall"] == 0.0
 
 
 def test_cost_model_view_draws_pairwise_accuracy(demo_events):

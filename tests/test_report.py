@@ -173,3 +173,47 @@ def test_round_quality_per_round():
     assert analysis.pairwise_accuracy([4.0, 1.0, 2.0, 3.0], [4.0, 3.0, 2.0, 1.0]) == 0.5
     assert math.isnan(analysis.pairwise_accuracy([1.0, 2.0], [3.0, 3.0]))
     assert analysis.round_quality(recs.assign(predicted_score=np.nan)).empty
+
+
+def test_a_persons_what_if_is_no_trial_in_the_tables_but_can_be_the_best():
+    recs = pd.DataFrame(
+        {
+            "id": [1, 2, 3, 4],
+            "round": [1, 1, 2, 0],
+            "strategy": ["a", "a", "b", "a"],
+            "chosen_by": ["controller", "controller", "controller", "user"],
+            "latency_ms": [2.0, 3.0, 2.5, 1.0],
+            "gflops": [1.0, 0.7, 0.8, 2.0],
+            "error_class": [None, None, None, None],
+            "verified": [True, True, True, True],
+            "predicted_score": [0.5, 0.4, 0.3, 0.9],
+        }
+    )
+    row = {"id": 1, "workload": "w", "seed": 0, "preset": "quick", "status": "finished", "trials": 3}
+    info = analysis.session_info("s.db", row, recs)
+    assert (info["measured"], info["what_if"], info["best_record_id"]) == (3, 1, 4)
+    table = analysis.strategy_table(recs).set_index("strategy")
+    assert table.loc["a", "trials"] == 2 and table.loc["a", "share"] == pytest.approx(2 / 3)
+    assert table.loc["a", "chosen_by"] == "controller 2" and table.loc["a", "best_record_id"] == 4
+    assert analysis.round_quality(recs)["round"].tolist() == [1, 2]
+
+
+def test_an_integer_workloads_throughput_is_in_gops_and_a_what_if_is_counted_apart(tmp_path):
+    int8 = {"name": "q", "op": "matmul", "params": {"m": 8, "n": 8, "k": 8}, "dtype": "int8"}
+    db = tmp_path / "q.db"
+    make_store(
+        db,
+        [
+            (
+                [rec("no-rewrite", 2.0), rec("no-rewrite", 1.5), rec("no-rewrite", 1.0, round=0, chosen_by="user")],
+                {"workload": "q", "spec": int8},
+            ),
+        ],
+    )
+    out = tmp_path / "q.html"
+    write_report(str(db), str(out), with_tir=False)
+    page = out.read_text()
+    [(_, fig)] = figures(page).items()
+    assert fig["layout"]["yaxis"]["title"]["text"] == "best-so-far GOPS"
+    assert "best GOPS" in page and "best GFLOPS" not in page and " GOPS, no-rewrite" in page
+    assert "2 of 3 trials measured, 0 errors, 1 what-if" in page

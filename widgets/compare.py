@@ -38,7 +38,7 @@ def compare_series(
     out = []
     if not by_seed:
         for (db, sid), c in curves.groupby(["db", "session_id"], sort=False):
-            c = c.sort_values(x)
+            c = c.sort_values(x, kind="stable")  # a what-if shares its trial number: keep the measured order
             out.append(
                 {
                     "name": c["label"].iloc[0],

@@ -9,11 +9,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.analysis import pairwise_accuracy
+from workbench import analysis
 
 from .common import candidate_text, color_of
 from .model import RECORDS, SESSION
-from .stats import decimate, kendall_tau, spearman, topk_recall
+from .stats import decimate
 
 QUALITY = [  # round_quality column, line name, dash
     ("spearman", "Spearman ρ", "solid"),
@@ -23,43 +23,22 @@ QUALITY = [  # round_quality column, line name, dash
 
 
 def round_quality(records: list[dict], topk_share: float = 0.25) -> pd.DataFrame:
-    """One row per round: how well the predicted score (made before measuring) ranked the round's candidates.
+    """One row per round: how well the predicted score (made before measuring) ranked the round's candidates;
+    ``workbench.analysis.round_quality`` of the view's records, so the dashboard and the HTML report agree.
 
     - ``spearman``, ``kendall``: rank correlation (Spearman's rho, Kendall's tau-b) of predicted score and
       measured GFLOPS over the round's successfully measured candidates;
     - ``pairwise``: pairwise accuracy, over the pairs of successfully measured candidates of the round with
       different GFLOPS, the share the predicted score orders the same way (a tied score counts as wrong; 0.5 is
-      a coin toss); ``workbench.analysis.pairwise_accuracy``, as in the report and the offline benchmark;
+      a coin toss);
     - ``topk_recall`` (recall@k, ``k`` = ``topk_share`` of the round, at least 1): the share of the round's true
-      top k (by measured GFLOPS) that are also among the model's top k predictions. Failed candidates count as
-      0 GFLOPS here (the model should not put them in its top k).
+      top k (by measured GFLOPS) that are also among the model's top k predictions. Failed candidates, a wrong
+      result included, count as 0 GFLOPS here (the model should not put them in its top k).
 
     Failed candidates have no throughput and are left out of the other three. A person's what-if records
     (round 0, ``workbench.whatif``) belong to no search round and are left out.
     """
-    rows = []
-    df = pd.DataFrame(records)
-    if not df.empty and "round" in df:
-        df = df[df["round"] != 0]
-    if df.empty:
-        return pd.DataFrame(columns=["round", "strategy", "n", "spearman", "kendall", "pairwise", "k", "topk_recall"])
-    for rnd, g in df.groupby("round", sort=True):
-        g = g[g["predicted_score"].notna()]
-        ok = g[g["gflops"].notna() & g["error_class"].isna()]
-        k = max(1, int(round(len(g) * topk_share)))
-        rows.append(
-            {
-                "round": int(rnd),
-                "strategy": g["strategy"].iloc[0] if len(g) else None,
-                "n": int(len(g)),
-                "spearman": spearman(ok["predicted_score"], ok["gflops"]),
-                "kendall": kendall_tau(ok["predicted_score"], ok["gflops"]),
-                "pairwise": pairwise_accuracy(ok["predicted_score"], ok["gflops"]),
-                "k": k,
-                "topk_recall": topk_recall(g["predicted_score"], g["gflops"].fillna(0.0), k) if len(g) else math.nan,
-            }
-        )
-    return pd.DataFrame(rows)
+    return analysis.round_quality(pd.DataFrame(records), topk_share=topk_share)
 
 
 class CostModelView:

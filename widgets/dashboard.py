@@ -73,6 +73,7 @@ class Dashboard:
         self.ticks = 0  # redraws done
         self.held_ticks = 0  # ticks that drew nothing because the session was timing kernels
         self._pending: list[Event] = []  # events drained during a timing phase, not applied yet
+        self._inspect: int | None = None  # a record asked for in the inspector, shown at the next tick that draws
         self._drew = False  # the last pump tick sent something to the browser
         self._lock = threading.RLock()
         self._unsubscribe = None
@@ -233,12 +234,21 @@ class Dashboard:
             self._request = None
             self._unsubscribe = session.subscribe(self.queue.put)
             if not session.replay:  # a resumed session too: what it did before is in its store
-                for e in self._store_of().session_events(session.session_id):
-                    self.queue.put(Event(e["kind"], session.session_id, e["time"], e["elapsed"], e["data"], e["id"]))
+                stored = [
+                    Event(e["kind"], session.session_id, e["time"], e["elapsed"], e["data"], e["id"])
+                    for e in self._store_of().session_events(session.session_id)
+                ]
+                # what the session emitted while its store was read is queued already, ahead of the older stored
+                # events: one stream again, in the order the store gave them ids (unstored ones last)
+                known = {e.id for e in stored if e.id}
+                live = [e for e in self.queue.drain() if not e.id or e.id not in known]
+                for e in sorted(stored + live, key=lambda e: (not e.id, e.id or 0)):
+                    self.queue.put(e)
             self._ui_dirty.set()
         self.pump_once()
-        if self.autopump and not self.model.terminal:
-            # also for a session not started yet: user code may call session.start() itself
+        if self.autopump and (not self.model.terminal or session.status == "created"):
+            # also for a session not started yet, a resumed one too (its stored events end with the earlier stop):
+            # user code may call session.start() itself
             self._start_pump()
 
     def _store_of(self) -> RecordStore:
@@ -361,8 +371,11 @@ class Dashboard:
             w.close()
 
     def _select(self, record_id: int) -> None:
+        # Showing a candidate rebuilds its program from the trace (TVM, a core for a moment) and sends its TIR:
+        # like any drawing it waits for the end of a timing phase (the pump's next tick that may draw).
         self.tabs.selected_index = 2
-        self.inspector.show(record_id)
+        self._inspect = record_id
+        self._poke()
 
     def _poke(self) -> None:
         self._ui_dirty.set()
@@ -405,6 +418,9 @@ class Dashboard:
             if s.replay and s.status == "finished" and self._store_of().session_status(s.session_id) == "interrupted":
                 self.model.status = "interrupted"
             self.model.mark(STATUS)
+        if self._inspect is not None:
+            record_id, self._inspect = self._inspect, None
+            self.inspector.show(record_id)
         changes = self.model.take_changes()
         if self._ui_dirty.is_set():
             self._ui_dirty.clear()

@@ -125,7 +125,12 @@ class StoredSession:
             following = self._follow_thread is not None and self._follow_thread.is_alive()
             if self.writer_pid is not None and not following:
                 self._stop_following.clear()
-                self._follow_thread = threading.Thread(target=self._follow, name="stored-session-follow", daemon=True)
+                # from the newest event stored now, read before the subscriber reads the stored ones (as a dashboard
+                # does after subscribing): what is written between the two reads comes twice (ids drop the second
+                # copy), never not at all
+                self._follow_thread = threading.Thread(
+                    target=self._follow, args=(self._newest_event_id(),), name="stored-session-follow", daemon=True
+                )
                 self._follow_thread.start()
         done = []
 
@@ -140,11 +145,17 @@ class StoredSession:
 
         return stop
 
-    def _follow(self) -> None:
+    def _newest_event_id(self) -> int:
         store = RecordStore(self.db_path, readonly=True)
         try:
-            last = store.conn.execute("SELECT MAX(id) FROM events WHERE session_id=?", (self.session_id,)).fetchone()
-            last = last[0] or 0
+            r = store.conn.execute("SELECT MAX(id) FROM events WHERE session_id=?", (self.session_id,)).fetchone()
+            return r[0] or 0
+        finally:
+            store.close()
+
+    def _follow(self, last: int) -> None:
+        store = RecordStore(self.db_path, readonly=True)
+        try:
             while True:
                 alive = session_writer(self.db_path, self.session_id) is not None
                 for e in store.events(self.session_id, after_id=last):

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import WorkbenchError
-from .store import RecordStore
+from .store import RecordStore, search_records
 
 SessionRef = tuple  # (db path, session id)
 
@@ -80,6 +80,7 @@ def session_info(path: str, row: dict, recs: pd.DataFrame, multi_db: bool = Fals
     row and its records; ``label`` names it in a legend (with the store's name when ``multi_db``)."""
     ok = recs[_valid(recs)] if len(recs) else recs
     best = ok.loc[ok["latency_ms"].idxmin()] if len(ok) else None
+    searched = search_records(recs)
     info = {
         "db": path,
         "session_id": int(row["id"]),
@@ -90,8 +91,10 @@ def session_info(path: str, row: dict, recs: pd.DataFrame, multi_db: bool = Fals
         "cost_model": cost_model_of(row),
         "status": str(row["status"]),
         "budget": int(row["trials"]),
-        "measured": int(len(recs)),
-        "errors": int(recs["error_class"].notna().sum()) if len(recs) else 0,
+        # trials: the search's records (a person's what-ifs spend none; counted apart)
+        "measured": int(len(searched)),
+        "what_if": int(len(recs) - len(searched)),
+        "errors": int(searched["error_class"].notna().sum()) if len(searched) else 0,
         "best_latency_ms": None if best is None else float(best["latency_ms"]),
         "best_gflops": None if best is None or pd.isna(best["gflops"]) else float(best["gflops"]),
         "best_strategy": None if best is None else str(best["strategy"]),
@@ -224,7 +227,7 @@ def seed_groups(curves: pd.DataFrame, x: str = "trial", band: str = "minmax") ->
     frames = []
     for key, g in curves.groupby(keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        runs = [s.sort_values(x) for _, s in g.groupby(["db", "session_id"], sort=False)]
+        runs = [s.sort_values(x, kind="stable") for _, s in g.groupby(["db", "session_id"], sort=False)]
         grid = np.unique(g[x].to_numpy(dtype=float))
         per = {}
         for col in ("best_gflops", "best_latency_ms"):
@@ -253,24 +256,27 @@ def seed_groups(curves: pd.DataFrame, x: str = "trial", band: str = "minmax") ->
 
 
 def strategy_table(recs: pd.DataFrame) -> pd.DataFrame:
-    """Per layout strategy of one session: trials, their share of the session, who chose them
-    (``chosen_by`` counts), errors, and the best verified latency and GFLOPS."""
+    """Per layout strategy of one session: trials, their share of the session's trials, who chose them
+    (``chosen_by`` counts), errors, and the best verified latency and GFLOPS. A person's what-if records are no
+    trials (``store.is_what_if``): they count only towards the best."""
     cols = ["strategy", "trials", "share", "chosen_by", "errors", "best_latency_ms", "best_gflops", "best_record_id"]
     if recs.empty:
         return pd.DataFrame(columns=cols)
-    total = len(recs)
+    searched = search_records(recs)
+    total = max(1, len(searched))
     rows = []
     for s, g in recs.groupby("strategy", sort=False):
         ok = g[_valid(g)]
         best = ok.loc[ok["latency_ms"].idxmin()] if len(ok) else None
-        who = g["chosen_by"].value_counts()
+        trials = search_records(g)
+        who = trials["chosen_by"].value_counts()
         rows.append(
             {
                 "strategy": s,
-                "trials": int(len(g)),
-                "share": len(g) / total,
+                "trials": int(len(trials)),
+                "share": len(trials) / total,
                 "chosen_by": ", ".join(f"{k} {v}" for k, v in who.items()),
-                "errors": int(g["error_class"].notna().sum()),
+                "errors": int(trials["error_class"].notna().sum()),
                 "best_latency_ms": None if best is None else float(best["latency_ms"]),
                 "best_gflops": None if best is None or pd.isna(best["gflops"]) else float(best["gflops"]),
                 "best_record_id": None if best is None else int(best["id"]),
@@ -330,9 +336,11 @@ def round_quality(recs: pd.DataFrame, events: list[dict] | None = None, topk_sha
     """How well the cost model ranked each round's candidates before they were measured: Spearman, Kendall
     and pairwise accuracy of the predicted score against measured GFLOPS (failed candidates left out), and
     top-k recall (failures count as 0 GFLOPS: the model should not put them in its top k). Rounds without a
-    prediction are left out. ``trained_on``: the samples of the model that predicted the round, from the
-    session's ``model_trained`` events (NaN: not trained yet; its scores were then not a learned ranking).
+    prediction are left out, and so are a person's what-if records (round 0, ``store.is_what_if``: no search
+    round). ``trained_on``: the samples of the model that predicted the round, from the session's
+    ``model_trained`` events (NaN: not trained yet; its scores were then not a learned ranking).
     """
+    recs = search_records(recs)
     if recs.empty or "predicted_score" not in recs or recs["predicted_score"].isna().all():
         return pd.DataFrame(columns=QUALITY_COLUMNS)
     trained = sorted(

@@ -21,6 +21,7 @@ import os
 import pandas as pd
 
 from . import analysis
+from .dtypes import spec_rate_unit
 from .errors import WorkbenchError
 from .layouts import STRATEGY_INDEX
 
@@ -91,8 +92,9 @@ def _table(df: pd.DataFrame, columns: list[tuple]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def curve_figure(per_strategy: pd.DataFrame, overall: pd.DataFrame, strategies: list) -> dict:
-    """Best-so-far GFLOPS per strategy (and the session's, dashed) against trial and wall time."""
+def curve_figure(per_strategy: pd.DataFrame, overall: pd.DataFrame, strategies: list, unit: str = "GFLOPS") -> dict:
+    """Best-so-far throughput (``unit``: GFLOPS, or GOPS for an integer workload) per strategy (and the
+    session's, dashed) against trial and wall time."""
     data = []
     for s in [s for s in strategies if s in set(per_strategy["strategy"])] + sorted(
         set(per_strategy["strategy"]) - set(strategies)
@@ -137,7 +139,7 @@ def curve_figure(per_strategy: pd.DataFrame, overall: pd.DataFrame, strategies: 
         "legend": {"orientation": "h", "y": -0.22},
         "xaxis": {"domain": [0, 0.48], "title": {"text": "trial"}},
         "xaxis2": {"domain": [0.52, 1], "title": {"text": "elapsed (s)"}, "anchor": "y"},
-        "yaxis": {"title": {"text": "best-so-far GFLOPS"}},
+        "yaxis": {"title": {"text": f"best-so-far {unit}"}},
         "annotations": [
             {"text": "vs trial", "xref": "paper", "yref": "paper", "x": 0.24, "y": 1.06, "showarrow": False},
             {"text": "vs wall time", "xref": "paper", "yref": "paper", "x": 0.76, "y": 1.06, "showarrow": False},
@@ -146,8 +148,8 @@ def curve_figure(per_strategy: pd.DataFrame, overall: pd.DataFrame, strategies: 
     return {"data": data, "layout": layout}
 
 
-def overview_figure(curves: pd.DataFrame) -> dict:
-    """Every session's best-so-far GFLOPS against trial, one line each."""
+def overview_figure(curves: pd.DataFrame, unit: str = "GFLOPS") -> dict:
+    """Every session's best-so-far throughput (``unit``) against trial, one line each."""
     data = []
     for (_db, _sid), c in curves.groupby(["db", "session_id"], sort=False):
         data.append(
@@ -166,7 +168,7 @@ def overview_figure(curves: pd.DataFrame) -> dict:
         "hovermode": "closest",
         "legend": {"orientation": "h", "y": -0.2},
         "xaxis": {"title": {"text": "trial"}},
-        "yaxis": {"title": {"text": "best-so-far GFLOPS"}},
+        "yaxis": {"title": {"text": f"best-so-far {unit}"}},
     }
     return {"data": data, "layout": layout}
 
@@ -202,6 +204,7 @@ def _session_section(store, row: dict, with_tir: bool) -> str:
     sid = int(row["id"])
     recs = store.records(session_id=sid)
     info = analysis.session_info(store.path, row, recs)
+    unit = spec_rate_unit(row.get("spec"))
     strategies = row.get("strategies") if isinstance(row.get("strategies"), list) else []
     strategies = [str(s) for s in strategies]
     speedup = (
@@ -214,8 +217,8 @@ def _session_section(store, row: dict, with_tir: bool) -> str:
         f"<p>status <b>{esc(row['status'])}</b> · strategies {esc(info['strategy_arg'])} "
         f"({esc(', '.join(strategies))}) · seed {esc(info['seed'])} · preset {esc(info['preset'])} · cost model "
         f"{esc(info['cost_model'])} · {info['measured']} of {esc(row['trials'])} trials measured, "
-        f"{info['errors']} errors</p>",
-        f"<p>best <b>{esc(fmt(info['best_latency_ms']))} ms</b> ({esc(fmt(info['best_gflops'], '.1f'))} GFLOPS, "
+        f"{info['errors']} errors" + (f", {info['what_if']} what-if" if info["what_if"] else "") + "</p>",
+        f"<p>best <b>{esc(fmt(info['best_latency_ms']))} ms</b> ({esc(fmt(info['best_gflops'], '.1f'))} {unit}, "
         f"{esc(info['best_strategy'] or '—')}, record {esc(info['best_record_id'] or '—')}) · untuned "
         f"{esc(fmt(row.get('naive_latency_ms')))} ms · speedup {esc(fmt(speedup, '.1f'))}x</p>",
     ]
@@ -228,7 +231,7 @@ def _session_section(store, row: dict, with_tir: bool) -> str:
     )
     overall = analysis.step_curve(recs)
     if len(overall):
-        out.append(_figure(f"curve-{sid}", curve_figure(per_strategy, overall, strategies)))
+        out.append(_figure(f"curve-{sid}", curve_figure(per_strategy, overall, strategies, unit)))
     else:
         out.append("<p class='note'>No verified program yet: no best-so-far curve.</p>")
 
@@ -244,7 +247,7 @@ def _session_section(store, row: dict, with_tir: bool) -> str:
                 ("chosen_by", "chosen by", None),
                 ("errors", "errors", "d"),
                 ("best_latency_ms", "best ms", ".4g"),
-                ("best_gflops", "best GFLOPS", ".1f"),
+                ("best_gflops", f"best {unit}", ".1f"),
                 ("best_record_id", "record", ".0f"),
             ],
         )
@@ -286,7 +289,7 @@ def _session_section(store, row: dict, with_tir: bool) -> str:
         for i, p in enumerate(progs):
             head = (
                 f"{esc(p['strategy'])} · record {p['record_id']} · {esc(fmt(p['latency_ms']))} ms · "
-                f"{esc(fmt(p['gflops'], '.1f'))} GFLOPS"
+                f"{esc(fmt(p['gflops'], '.1f'))} {unit}"
             )
             body = (
                 f"<pre class='tir'>{esc(p['tir'])}</pre>"
@@ -333,6 +336,8 @@ def render(db, session_ids=None, with_tir: bool = True) -> str:
             "</p>",
             "<h2>Sessions</h2>",
         ]
+        units = sorted({spec_rate_unit(r.get("spec")) for r in rows})
+        unit = units[0] if len(units) == 1 else " / ".join(units)  # GOPS for integer workloads
         summary = summary.assign(
             link=summary["session_id"],
             speedup=[
@@ -354,7 +359,7 @@ def render(db, session_ids=None, with_tir: bool = True) -> str:
                     ("measured", "trials", "d"),
                     ("budget", "budget", "d"),
                     ("best_latency_ms", "best ms", ".4g"),
-                    ("best_gflops", "best GFLOPS", ".1f"),
+                    ("best_gflops", f"best {unit}", ".1f"),
                     ("best_strategy", "best strategy", None),
                     ("speedup", "speedup", ".1f"),
                 ],
@@ -364,7 +369,7 @@ def render(db, session_ids=None, with_tir: bool = True) -> str:
             curves = analysis.best_so_far([(store.path, int(r["id"])) for r in rows])
             if len(curves):
                 parts.append("<h3>Best so far, all sessions</h3>")
-                parts.append(_figure("overview", overview_figure(curves)))
+                parts.append(_figure("overview", overview_figure(curves, unit)))
         for row in rows:
             parts.append(_session_section(store, row, with_tir))
         parts.append(f"<script>{DRAW}</script></body></html>")
