@@ -255,6 +255,8 @@ def test_a_model_takes_only_schedules_tuned_for_its_own_task_shapes(tmp_path):
 
     from workbench.store import RecordStore
 
+    from .test_compare import make_session, rec
+
     def task(args):
         spec = {"name": "r18.fused_conv2d_add_relu", "op": "relax-task", "params": {"task": "fused", "args": args}}
         return types.SimpleNamespace(name=spec["name"], spec=lambda: spec)
@@ -262,44 +264,7 @@ def test_a_model_takes_only_schedules_tuned_for_its_own_task_shapes(tmp_path):
     small, large = task([[1, 64, 16, 16], [64, 64, 3, 3]]), task([[1, 64, 56, 56], [64, 64, 3, 3]])
     store = RecordStore(str(tmp_path / "m.db"))
     for t, ms in ((small, 0.1), (large, 1.0), (large, 0.9)):
-        sid = store.create_session(
-            workload=t.name,
-            spec=t.spec(),
-            target={"kind": "llvm"},
-            preset="quick",
-            preset_params={},
-            seed=0,
-            trials=1,
-            strategies=["no-rewrite"],
-            strategy_arg="no-rewrite",
-            versions={},
-        )
-        store.add_record(
-            {
-                "session_id": sid,
-                "workload": t.name,
-                "trial": 1,
-                "round": 1,
-                "strategy": "no-rewrite",
-                "chosen_by": "controller",
-                "trace": "{}",
-                "decisions": "[]",
-                "mod_hash": f"h{sid}",
-                "predicted_score": 0.5,
-                "run_secs": [ms / 1e3],
-                "latency_ms": ms,
-                "gflops": 1.0,
-                "error_class": None,
-                "error_msg": None,
-                "verified": True,
-                "is_best": True,
-                "seed": 0,
-                "proposed_at": 0.0,
-                "measured_at": 0.0,
-                "elapsed_s": 1.0,
-            },
-            None,
-        )
+        make_session(store, [rec("no-rewrite", ms)], workload=t.name, spec=t.spec())
     assert rm.best_record_of_task(store, large)["latency_ms"] == 0.9
     assert rm.best_record_of_task(store, small)["latency_ms"] == 0.1
     assert rm.best_record_of_task(store, task([[1, 3, 224, 224]])) is None

@@ -189,45 +189,12 @@ def test_the_source_bank_keeps_two_specs_of_one_name_apart(tmp_path):
     from workbench.store import RecordStore
     from workbench.transfer import source_bank
 
+    from .test_compare import make_session, rec
+
     store = RecordStore(str(tmp_path / "s.db"))
     for n, ms in ((64, 0.1), (128, 0.9), (128, 0.8)):
         spec = {"name": "mm", "op": "matmul", "params": {"m": n, "n": n, "k": n}}
-        sid = store.create_session(
-            workload="mm",
-            spec=spec,
-            target={"kind": "llvm"},
-            preset="quick",
-            preset_params={},
-            seed=0,
-            trials=1,
-            strategies=["no-rewrite"],
-            strategy_arg="no-rewrite",
-            versions={},
-        )
-        rec = {
-            "session_id": sid,
-            "workload": "mm",
-            "trial": 1,
-            "round": 1,
-            "strategy": "no-rewrite",
-            "chosen_by": "controller",
-            "trace": f"t{sid}",
-            "decisions": "[]",
-            "mod_hash": f"h{sid}",
-            "predicted_score": 0.5,
-            "run_secs": [ms / 1e3],
-            "latency_ms": ms,
-            "gflops": 1.0,
-            "error_class": None,
-            "error_msg": None,
-            "verified": True,
-            "is_best": True,
-            "seed": 0,
-            "proposed_at": 0.0,
-            "measured_at": 0.0,
-            "elapsed_s": 1.0,
-        }
-        store.add_record(rec, None)
+        make_session(store, [rec("no-rewrite", ms, trace=f"{n}:{ms}")], workload="mm", spec=spec)
     store.close()
     bank = {s.workload.params["m"]: (s.latency_ms, s.trace_json) for s in source_bank(str(tmp_path / "s.db"))}
-    assert bank == {64: (0.1, "t1"), 128: (0.8, "t3")}
+    assert bank == {64: (0.1, "64:0.1"), 128: (0.8, "128:0.8")}
