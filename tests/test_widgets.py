@@ -776,3 +776,37 @@ def test_controller_table_shows_the_trials_an_arm_got_from_pairings():
     }
     html = ControlsView._arms_html(m, None)
     assert "<td>40</td>" in html and "<td>11 (3 paired)</td>" in html
+
+
+def test_attaching_to_a_running_session_applies_its_events_in_the_order_they_were_stored(demo_events):
+    """Events the session emits while the dashboard reads its store arrive ahead of the older stored ones; applied
+    in that order, an older new_best would replace the newest (a stale best) and the curves would lose steps."""
+
+    class Running(ReplaySession):
+        replay = False  # as a TuningSession: what it did so far is read from its store
+
+        def subscribe(self, fn):
+            unsubscribe = super().subscribe(fn)
+            for e in [e for e in demo_events if e.kind == "new_best"][-1:]:  # emitted during the dashboard's read
+                fn(e)
+            return unsubscribe
+
+    in_order = fed_dashboard(demo_events)
+    dash = Dashboard.replay(DEMO_DB, autopump=False)
+    dash.attach(Running(DEMO_DB))
+    assert dash.model.best["id"] == in_order.model.best["id"]
+    assert [len(t.x) for t in dash.throughput.fig.data] == [len(t.x) for t in in_order.throughput.fig.data]
+
+
+def test_the_dashboard_pumps_for_a_resumed_session_that_user_code_starts(tmp_path):
+    from workbench.session import TuningSession
+
+    db = tmp_path / "r.db"
+    shutil.copy(DEMO_DB, db)
+    s = TuningSession.resume(str(db), trials=34)  # its stored events end with its earlier finish
+    dash = Dashboard(s)
+    try:
+        assert dash.model.terminal and dash._pump_thread is not None and dash._pump_thread.is_alive()
+    finally:
+        dash.close()
+        s.store.close()

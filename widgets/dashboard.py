@@ -246,7 +246,7 @@ class Dashboard:
                     self.queue.put(e)
             self._ui_dirty.set()
         self.pump_once()
-        if self.autopump and (not self.model.terminal or session.status == "created"):
+        if self.autopump and (not self.model.terminal or self._may_start(session)):
             # also for a session not started yet, a resumed one too (its stored events end with the earlier stop):
             # user code may call session.start() itself
             self._start_pump()
@@ -312,6 +312,12 @@ class Dashboard:
     @staticmethod
     def _alive(s) -> bool:
         return s is not None and not s.wait(0)
+
+    @staticmethod
+    def _may_start(s) -> bool:
+        """A session of this process not started yet: user code may start it (a resumed one too, whose stored
+        events end with its earlier stop), so the pump keeps going."""
+        return s is not None and s.status == "created" and not s.replay and not getattr(s, "read_only", False)
 
     def pause(self) -> None:
         if self.session is not None:
@@ -473,7 +479,12 @@ class Dashboard:
             except Exception as e:  # a drawing bug must not kill the pump: show it and keep going
                 applied = 0
                 self.controls.status.value = f"<b style='color:#c92a2a'>dashboard error: {html.escape(repr(e))}</b>"
-            if self.model.terminal and applied == 0 and not self._alive(self.session):
+            if (
+                self.model.terminal
+                and applied == 0
+                and not self._alive(self.session)
+                and not self._may_start(self.session)
+            ):
                 self.pump_once()  # whatever arrived between the drain and the liveness check
                 self._pump_thread = None
                 return
