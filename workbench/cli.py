@@ -302,18 +302,19 @@ def _preset_overrides(args) -> dict:
 def _no_settings_on_resume(args) -> None:
     """A resumed session goes on with the settings it was made with: an option that would change them is a
     mistake to report, not to ignore."""
-    changed = {
-        "--preset": args.preset != "quick",
-        "--seed": args.seed != 0,
-        "--target": args.target != "host",
-        "--strategy": args.strategy != "auto",
-        "--trials-per-round": args.trials_per_round is not None,
-        "--cost-model": args.cost_model is not None,
-        "--prior": args.prior,
-        "--prune": args.prune is not None,
-        "--deterministic": args.deterministic,
-    }
-    given = [flag for flag, is_set in changed.items() if is_set]
+    defaults = vars(build_parser().parse_args(["tune"]))
+    settings = (
+        "preset",
+        "seed",
+        "target",
+        "strategy",
+        "trials_per_round",
+        "cost_model",
+        "prior",
+        "prune",
+        "deterministic",
+    )
+    given = ["--" + k.replace("_", "-") for k in settings if getattr(args, k) != defaults[k]]
     if given:
         raise WorkbenchError(
             f"a resumed session keeps the settings it was made with: {', '.join(given)} cannot change them "

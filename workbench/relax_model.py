@@ -676,12 +676,14 @@ def extract(model: RelaxModel, target="host", prefix: str | None = None) -> list
 # ---------------------------------------------------------------------------------------- compile and run
 
 
-def best_record_of_task(store, task) -> dict | None:
+def best_record_of_task(store, task, sessions: list[dict] | None = None) -> dict | None:
     """The best verified record of the sessions that tuned exactly ``task``: its name and its arguments' shapes
     (the spec's ``params``). A store can hold the same fused function's name at other shapes (a model built with
-    another ``--image``, ``--width`` or ``--batch``), whose schedules do not fit this one."""
+    another ``--image``, ``--width`` or ``--batch``), whose schedules do not fit this one. ``sessions``: the
+    store's ``sessions()``, read once by a caller that asks for many tasks."""
     want = task.spec()["params"]
-    ids = [r["id"] for r in store.sessions() if r["workload"] == task.name and (r["spec"] or {}).get("params") == want]
+    rows = store.sessions() if sessions is None else sessions
+    ids = [r["id"] for r in rows if r["workload"] == task.name and (r["spec"] or {}).get("params") == want]
     bests = [b for b in (store.best(task.name, session_id=i) for i in ids) if b is not None]
     return min(bests, key=lambda b: b["latency_ms"]) if bests else None
 
@@ -698,8 +700,9 @@ def database(store, tasks: list[RelaxTask], target="host", work_dir: str | None 
     tgt = tvm_env.make_target(tvm_env.parse_target(target))
     db = ms.database.JSONDatabase(work_dir=work_dir) if work_dir else ms.database.MemoryDatabase()
     used = []
+    sessions = store.sessions()
     for w in tasks:
-        b = best_record_of_task(store, w)
+        b = best_record_of_task(store, w, sessions)
         if b is None:
             continue
         sch = space.schedule_from_trace_json(w, b["trace"])
