@@ -277,3 +277,26 @@ def test_compare_view_escapes_stored_names(tmp_path):
     assert payload not in v.fig.data[0].name and "&lt;img" in v.fig.data[0].name
     assert payload not in v.fig.data[0].hovertemplate
     assert math.isclose(v.fig.data[0].y[0], 1.0)
+
+
+def test_an_int8_session_counts_in_gops_in_the_picker_the_axis_and_the_session_list(tmp_path):
+    from widgets import CompareView
+    from widgets.sessions import session_label, session_rows, sessions_frame, sessions_html
+
+    db = tmp_path / "q.db"
+    int8 = {"name": "mm8", "op": "matmul", "dtype": "int8", "params": {"m": 8, "n": 8, "k": 8}}
+    fp32_id, int8_id = make_store(db, [([rec("no-rewrite", 1.0)], {}), ([rec("no-rewrite", 1.0)], {"spec": int8})])
+    v = CompareView(str(db))
+    texts = [t for t, _v in v.picker.options]
+    assert texts[0].endswith("GFLOPS") and texts[1].endswith(" GOPS")
+    assert v.fig.layout.yaxis.title.text == "best-so-far GFLOPS / GOPS"
+    v.picker.value = ((os.path.abspath(db), int8_id),)
+    assert v.fig.layout.yaxis.title.text == "best-so-far GOPS"
+    v.metric.value = "latency_ms"
+    assert v.fig.layout.yaxis.title.text == "best-so-far latency (ms)"
+
+    rows = session_rows(str(db))
+    assert [r["rate_unit"] for r in rows] == ["GFLOPS", "GOPS"]
+    assert session_label(rows[1]).endswith(" GOPS") and session_label(rows[0]).endswith(" GFLOPS")
+    page = sessions_html(sessions_frame(rows))
+    assert "<th>best rate</th>" in page and " GOPS</td>" in page and " GFLOPS</td>" in page

@@ -201,7 +201,7 @@ def test_figure_messages_per_second_are_bounded_under_a_burst(comm_log, demo_eve
         per_second = np.histogram(updates, bins=np.arange(t0, t0 + duration + 1.0, 1.0))[0]
         assert per_second.max() <= 5, per_second
     assert dash.ticks <= 4 * duration + 2
-    assert sent > 10 * dash.ticks
+    assert sent > 4 * dash.ticks  # events coalesce: several per redraw
     assert len(dash.model.records) == 5 * 32
 
 
@@ -710,11 +710,14 @@ def test_live_session_through_the_dashboard(tmp_path):
         deadline = time.time() + 240
         while dash.model.trials_done < 2 and time.time() < deadline:
             time.sleep(0.2)
-        dash.controls.pause.click()
+        dash.controls.pause.click()  # with 6 of 8 trials to go: it holds after the candidate being measured
         deadline = time.time() + 120
-        while dash.model.status != "paused" and dash.model.status != "finished" and time.time() < deadline:
+        while dash.model.status != "paused" and time.time() < deadline:
             time.sleep(0.2)
-        assert dash.model.status in ("paused", "finished")
+        assert dash.model.status == "paused", dash.model.status
+        held = dash.model.trials_done
+        time.sleep(1.0)
+        assert dash.model.trials_done == held < 8
         dash.controls.resume.click()
         assert dash.wait(300)
         m = dash.model
@@ -755,6 +758,7 @@ def test_throughput_is_counted_in_gops_for_an_int8_workload(demo_events):
 
     assert rate_unit(None) == rate_unit("float32") == rate_unit("bfloat16") == "GFLOPS" and rate_unit("int8") == "GOPS"
     assert spec_rate_unit([{"dtype": "int8"}, {}]) == "GFLOPS" and spec_rate_unit([{"dtype": "int8"}]) == "GOPS"
+    assert spec_rate_unit({"dtype": "<img src=x>"}) == spec_rate_unit(["int8"]) == "GFLOPS"  # a crafted store's
     dash = fed_dashboard(demo_events)
     assert dash.throughput.fig.layout.yaxis.title.text == "GFLOPS" and " GFLOPS (" in dash.controls.status.value
     first = demo_events[0]
@@ -763,6 +767,9 @@ def test_throughput_is_counted_in_gops_for_an_int8_workload(demo_events):
     int8 = Event(first.kind, first.session_id, first.time, first.elapsed, dict(first.data, spec=spec), first.id)
     dash = fed_dashboard([int8, *demo_events[1:]])
     assert dash.throughput.fig.layout.yaxis.title.text == "GOPS" and " GOPS (" in dash.controls.status.value
+    assert dash.cost_model.fig.layout.yaxis.title.text == "measured GOPS"
+    hovers = [t for tr in dash.throughput.fig.data for t in (tr.text or ())]
+    assert hovers and all(" GOPS · " in t and "GFLOPS" not in t for t in hovers)
 
 
 def test_controller_table_shows_the_trials_an_arm_got_from_pairings():

@@ -41,8 +41,9 @@ def fmt(v, spec: str = ".3g", none: str = "—") -> str:
         return esc(v)
 
 
-def candidate_text(rec: dict) -> str:
-    """Hover text of a measured candidate (plotly hover labels take <br> line breaks); every stored value escaped."""
+def candidate_text(rec: dict, unit: str = "GFLOPS") -> str:
+    """Hover text of a measured candidate (plotly hover labels take <br> line breaks); every stored value escaped.
+    ``unit``: the workload's throughput unit (``workbench.dtypes.spec_rate_unit``: GOPS for an int8 workload)."""
     head = (
         f"trial {label(rec.get('trial'))} · round {label(rec.get('round'))} · {label(rec.get('strategy'))} "
         f"({label(rec.get('chosen_by'))})"
@@ -50,7 +51,7 @@ def candidate_text(rec: dict) -> str:
     if rec.get("error_class"):
         body = f"error: {label(rec['error_class'])}"
     else:
-        body = f"{fmt(rec.get('latency_ms'), '.4f')} ms · {fmt(rec.get('gflops'), '.1f')} GFLOPS"
+        body = f"{fmt(rec.get('latency_ms'), '.4f')} ms · {fmt(rec.get('gflops'), '.1f')} {label(unit)}"
     pred = f"predicted {fmt(rec.get('predicted_score'), '.3f')}"
     if isinstance(rec.get("cv"), (int, float)):
         pred += f" · cv {fmt(rec['cv'] * 100, '.1f')} %"

@@ -16,7 +16,7 @@ from workbench.errors import WorkbenchError
 
 from .common import PALETTE
 
-METRICS = {"gflops": ("best_gflops", "GFLOPS"), "latency_ms": ("best_latency_ms", "latency (ms)")}
+METRICS = {"gflops": ("best_gflops", "throughput"), "latency_ms": ("best_latency_ms", "latency (ms)")}
 X_TITLES = {"trial": "trial", "elapsed_s": "elapsed (s)"}
 
 
@@ -85,11 +85,12 @@ class CompareView:
     def __init__(self, dbs=(), sessions=None, height: int = 420):
         dbs = [dbs] if isinstance(dbs, (str, os.PathLike)) else list(dbs)
         self.paths: list[str] = []
+        self.units: dict[tuple, str] = {}  # (store path, session id) -> GFLOPS, or GOPS for an int8 workload
         self.path = W.Text(placeholder="path/to/store.db", description="store", layout=W.Layout(width="420px"))
         self.load = W.Button(description="Load", icon="folder-open", layout=W.Layout(width="90px"))
         self.picker = W.SelectMultiple(options=[], rows=8, description="sessions", layout=W.Layout(width="760px"))
         self.x = W.ToggleButtons(options=[("trials", "trial"), ("wall time", "elapsed_s")], value="trial")
-        self.metric = W.ToggleButtons(options=[("GFLOPS", "gflops"), ("latency", "latency_ms")], value="gflops")
+        self.metric = W.ToggleButtons(options=[("throughput", "gflops"), ("latency", "latency_ms")], value="gflops")
         self.by_seed = W.Checkbox(value=False, description="group seeds (median and band)", indent=False)
         self.band = W.Dropdown(
             options=[("min-max", "minmax"), ("quartiles", "quartiles")],
@@ -140,6 +141,8 @@ class CompareView:
         sessions = analysis.list_sessions(path)  # a bad path raises WorkbenchError with one line
         if path not in self.paths:
             self.paths.append(path)
+        for info in sessions.to_dict("records"):
+            self.units[(path, int(info["session_id"]))] = info["rate_unit"]
         known = {v for _t, v in self.picker.options}
         new = [
             (analysis.picker_text(info), (path, int(info["session_id"])))
@@ -171,6 +174,13 @@ class CompareView:
             by_seed=self.by_seed.value,
             band=self.band.value,
         )
+
+    def y_title(self) -> str:
+        """The metric's name; throughput in the picked sessions' unit(s) (GFLOPS, GOPS for int8 workloads)."""
+        if self.metric.value != "gflops":
+            return METRICS[self.metric.value][1]
+        units = sorted({self.units.get(v, "GFLOPS") for v in self.picker.value}) or ["GFLOPS"]
+        return " / ".join(units)
 
     def redraw(self) -> None:
         self.band.disabled = not self.by_seed.value
@@ -216,6 +226,6 @@ class CompareView:
         with self.fig.batch_update():
             self.fig.data = []
             self.fig.layout.xaxis.title.text = X_TITLES[self.x.value]
-            self.fig.layout.yaxis.title.text = "best-so-far " + METRICS[self.metric.value][1]
+            self.fig.layout.yaxis.title.text = "best-so-far " + self.y_title()
         self.fig.add_traces(traces)
         self.message.value = message

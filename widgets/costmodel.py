@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench import analysis
+from workbench.dtypes import spec_rate_unit
 
 from .common import candidate_text, color_of
 from .model import RECORDS, SESSION
@@ -103,6 +104,9 @@ class CostModelView:
         self._ids = [[] for _ in strategies]
 
     def refresh(self, model, changes: set) -> None:
+        unit = spec_rate_unit(model.spec)
+        if SESSION in changes and self.fig.layout.yaxis.title.text != f"measured {unit}":
+            self.fig.update_yaxes(title_text=f"measured {unit}", row=1, col=1)
         if SESSION in changes and model.strategies != self._strategies:
             self._build_traces(model.strategies)
         if not (changes & {RECORDS, SESSION}) or not self._strategies:
@@ -119,7 +123,7 @@ class CostModelView:
                 t = self.fig.data[i]
                 t.x = [r["predicted_score"] for r in pts]
                 t.y = [r["gflops"] for r in pts]
-                t.text = [candidate_text(r) for r in pts]
+                t.text = [candidate_text(r, unit) for r in pts]
                 self._ids[i] = [r["id"] for r in pts]
             q = self.quality
             n = len(self._strategies)

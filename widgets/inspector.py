@@ -11,6 +11,7 @@ from collections import OrderedDict
 import ipywidgets as W
 
 from workbench import space
+from workbench.dtypes import spec_rate_unit
 from workbench.errors import WorkbenchError
 from workbench.program import intrinsics_line, tensor_intrinsics
 from workbench.workloads import workload_from_spec
@@ -98,9 +99,9 @@ def edits_from(decisions, entered: dict) -> dict:
     return edits
 
 
-def variant_html(new: dict, base: dict | None) -> str:
-    """The result line of a measured variant: latency, GFLOPS and verified, or its error; against the candidate
-    it was made from."""
+def variant_html(new: dict, base: dict | None, unit: str = "GFLOPS") -> str:
+    """The result line of a measured variant: latency, throughput (in ``unit``) and verified, or its error;
+    against the candidate it was made from."""
     head = f"<b>record {_esc(new.get('id'))}</b> (chosen by {_esc(new.get('chosen_by'))}): "
     if new.get("error_class"):
         return (
@@ -108,7 +109,7 @@ def variant_html(new: dict, base: dict | None) -> str:
             + f"<b style='color:#c00'>{_esc(new['error_class'])}</b> "
             + f"<span style='color:#a00'>{_esc(new.get('error_msg') or '')}</span>"
         )
-    line = head + f"{fmt(new.get('latency_ms'), '.4f')} ms · {fmt(new.get('gflops'), '.1f')} GFLOPS"
+    line = head + f"{fmt(new.get('latency_ms'), '.4f')} ms · {fmt(new.get('gflops'), '.1f')} {_esc(unit)}"
     line += " · verified" if new.get("verified") else " · <b style='color:#c00'>not verified</b>"
     b = (base or {}).get("latency_ms")
     if isinstance(b, (int, float)) and isinstance(new.get("latency_ms"), (int, float)) and new["latency_ms"] > 0:
@@ -237,7 +238,8 @@ class WhatIfEditor:
             self.result.value = error_html(RuntimeError(f"{type(e).__name__}: {e}"))
         else:
             self.new_record = new
-            self.result.value = variant_html(new, record)
+            unit = spec_rate_unit(getattr(session, "workload_spec", None))
+            self.result.value = variant_html(new, record, unit)
             self.open_new.description = f"Inspect record {new['id']}"
             self.open_new.layout.display = None
             if self.on_measured is not None:
@@ -327,7 +329,7 @@ class CandidateInspector:
                 status = (
                     f"<b style='color:#c00'>{html.escape(str(rec['error_class']))}</b>"
                     if rec["error_class"]
-                    else f"{fmt(live['latency_ms'], '.4f')} ms · {fmt(live['gflops'], '.1f')} GFLOPS"
+                    else f"{fmt(live['latency_ms'], '.4f')} ms · {fmt(live['gflops'], '.1f')} {spec_rate_unit(self.model.spec)}"
                     + (" · verified" if rec["verified"] else "")
                 )
                 if live.get("noisy"):

@@ -15,7 +15,7 @@ from workbench.store import RecordStore, effective_status, session_writer
 
 from .common import esc, fmt
 
-LISTED = ["id", "workload", "strategy", "status", "trials", "best GFLOPS", "best ms", "created"]
+LISTED = ["id", "workload", "strategy", "status", "trials", "best rate", "best ms", "created"]
 
 
 def session_rows(db_path: str) -> list[dict]:
@@ -29,8 +29,9 @@ def session_rows(db_path: str) -> list[dict]:
 
 def sessions_frame(rows: list[dict]) -> pd.DataFrame:
     """The picker's list, one row per session (``RecordStore.session_list`` rows): id, workload, strategy, status
-    as it is now ("interrupted" for a session whose process died), trials done/budget, best verified GFLOPS and
-    latency, creation time (local), and whether it can be resumed."""
+    as it is now ("interrupted" for a session whose process died), trials done/budget, best verified throughput
+    (``best rate``, in ``unit``: GOPS for an int8 workload, else GFLOPS) and latency, creation time (local), and
+    whether it can be resumed."""
     out = []
     for r in rows:
         created = r.get("created_at")
@@ -41,20 +42,22 @@ def sessions_frame(rows: list[dict]) -> pd.DataFrame:
                 "strategy": r["strategy_arg"],
                 "status": r["status"],
                 "trials": f"{r['trials_done']}/{r['trials']}",
-                "best GFLOPS": r["best_gflops"],
+                "best rate": r["best_gflops"],
                 "best ms": r["best_latency_ms"],
                 "created": datetime.datetime.fromtimestamp(created).strftime("%Y-%m-%d %H:%M")
                 if isinstance(created, (int, float))
                 else str(created),
                 "resumable": bool(r["resumable"]),
+                "unit": r.get("rate_unit") or "GFLOPS",
             }
         )
-    return pd.DataFrame(out, columns=LISTED + ["resumable"])
+    return pd.DataFrame(out, columns=LISTED + ["resumable", "unit"])
 
 
 def session_label(row: dict) -> str:
     """A session in one line of the dropdown (plain text: a dropdown shows its options as text)."""
-    best = f" · best {fmt(row['best_gflops'], '.1f')} GFLOPS" if row.get("best_gflops") is not None else ""
+    unit = row.get("rate_unit") or "GFLOPS"
+    best = f" · best {fmt(row['best_gflops'], '.1f')} {unit}" if row.get("best_gflops") is not None else ""
     return (
         f"#{row['id']} · {row['workload']} · {row['strategy_arg']} · {row['status']} · "
         f"{row['trials_done']}/{row['trials']} trials{best}"
@@ -70,7 +73,13 @@ def sessions_html(frame: pd.DataFrame, chosen: int | None = None) -> str:
         cells = []
         for c in LISTED:
             v = r[c]
-            text = fmt(v, ".1f" if c == "best GFLOPS" else ".4f") if c.startswith("best") else esc(v)
+            if c == "best rate":
+                text = fmt(v, ".1f", none="")
+                text = f"{text} {esc(r['unit'])}" if text else fmt(None)
+            elif c == "best ms":
+                text = fmt(v, ".4f")
+            else:
+                text = esc(v)
             if c == "status":
                 text = f"<span style='color:{colors.get(v, '#333')}'>{text}</span>"
             cells.append(f"<td>{text}</td>")

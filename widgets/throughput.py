@@ -120,6 +120,7 @@ class ThroughputView:
             self._build_traces(model.strategies)
         if not (changes & {RECORDS, SESSION}) or not self._strategies:
             return
+        unit = spec_rate_unit(model.spec)
         by_s = {s: [] for s in self._strategies}
         for r in model.records:
             by_s.setdefault(r["strategy"], []).append(r)
@@ -142,11 +143,11 @@ class ThroughputView:
                     raw_t, best_t = self.fig.data[4 * i + 2 * k], self.fig.data[4 * i + 2 * k + 1]
                     raw_t.x = [r[key] for r in raw]
                     raw_t.y = [r["gflops"] for r in raw]
-                    raw_t.text = [candidate_text(r) for r in raw]
+                    raw_t.text = [candidate_text(r, unit) for r in raw]
                     raw_t.marker.update(marker)
                     best_t.x = [r[key] for r in tail]
                     best_t.y = [r["gflops"] for r in tail]
-                    best_t.text = [candidate_text(r) for r in tail]
+                    best_t.text = [candidate_text(r, unit) for r in tail]
                     self._ids[4 * i + 2 * k] = [r["id"] for r in raw]
                     self._ids[4 * i + 2 * k + 1] = [r["id"] for r in tail]
                     sent += len(raw) + len(tail)

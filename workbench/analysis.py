@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
+from .dtypes import spec_rate_unit
 from .errors import WorkbenchError
 from .store import RecordStore, search_records
 
@@ -97,6 +98,7 @@ def session_info(path: str, row: dict, recs: pd.DataFrame, multi_db: bool = Fals
         "errors": int(searched["error_class"].notna().sum()) if len(searched) else 0,
         "best_latency_ms": None if best is None else float(best["latency_ms"]),
         "best_gflops": None if best is None or pd.isna(best["gflops"]) else float(best["gflops"]),
+        "rate_unit": spec_rate_unit(row.get("spec")),
         "best_strategy": None if best is None else str(best["strategy"]),
         "best_record_id": None if best is None else int(best["id"]),
         "naive_latency_ms": row.get("naive_latency_ms"),
@@ -120,13 +122,14 @@ def list_sessions(dbs) -> pd.DataFrame:
             for row in store.sessions():
                 rows.append(session_info(path, row, store.records(session_id=row["id"]), multi))
     cols = ["db", "session_id", "label", *LABEL_FIELDS, "status", "budget", "measured", "errors"]
-    cols += ["best_latency_ms", "best_gflops", "best_strategy", "best_record_id", "naive_latency_ms"]
+    cols += ["best_latency_ms", "best_gflops", "rate_unit", "best_strategy", "best_record_id", "naive_latency_ms"]
     return pd.DataFrame(rows, columns=cols)
 
 
 def picker_text(info: dict) -> str:
     """A session in a picker: "id · workload · strategy · seed · best"."""
-    best = "no verified best" if info.get("best_gflops") is None else f"{info['best_gflops']:.1f} GFLOPS"
+    unit = info.get("rate_unit") or "GFLOPS"
+    best = "no verified best" if info.get("best_gflops") is None else f"{info['best_gflops']:.1f} {unit}"
     db = os.path.splitext(os.path.basename(info["db"]))[0]
     return f"{db}:{info['session_id']} · {info['workload']} · {info['strategy_arg']} · seed {info['seed']} · {best}"
 

@@ -533,11 +533,11 @@ class RecordStore:
         """Every session, oldest first, with what a picker shows: ``id, workload, strategy_arg, preset, status``
         (as it is now, ``effective_status``), ``writer_pid`` (the live process tuning it, else None), ``trials_done``
         (search records), ``trials`` (budget), ``best_latency_ms`` and ``best_gflops`` (verified), ``created_at``,
-        ``updated_at`` and ``resumable`` (a tuning session no process is running: ``TuningSession.resume`` can
-        continue it)."""
+        ``updated_at``, ``resumable`` (a tuning session no process is running: ``TuningSession.resume`` can
+        continue it) and ``rate_unit`` (what ``best_gflops`` counts: GOPS for an integer workload, else GFLOPS)."""
         out = []
         for r in self.conn.execute(
-            "SELECT s.id, s.workload, s.strategy_arg, s.preset, s.status, s.trials, s.created_at, s.updated_at,"
+            "SELECT s.id, s.workload, s.strategy_arg, s.preset, s.status, s.trials, s.created_at, s.updated_at, s.spec,"
             # a person's what-if measurement (is_what_if) spends no trial
             f" COUNT(CASE WHEN NOT (r.chosen_by='{WHAT_IF_CHOSEN_BY}' AND r.round={WHAT_IF_ROUND}) THEN r.id END)"
             " AS trials_done,"
@@ -550,6 +550,7 @@ class RecordStore:
             d["status"] = "interrupted" if d["status"] in LIVE_STATUSES and d["writer_pid"] is None else d["status"]
             # transfer-tuning and imported sessions hold records, not a search that can go on
             d["resumable"] = d["writer_pid"] is None and holds_a_search(d)
+            d["rate_unit"] = _rate_unit_of(d.pop("spec"))
             out.append(d)
         return out
 
@@ -769,6 +770,16 @@ def _session_row(r) -> dict:
     for k in ("spec", "target", "preset_params", "strategies", "versions"):
         d[k] = json.loads(d[k])
     return d
+
+
+def _rate_unit_of(spec_json) -> str:
+    """``dtypes.spec_rate_unit`` of a stored spec; GFLOPS for one that does not parse (a crafted store)."""
+    from .dtypes import spec_rate_unit
+
+    try:
+        return spec_rate_unit(json.loads(spec_json))
+    except (ValueError, TypeError):
+        return "GFLOPS"
 
 
 def _json_default(o):
