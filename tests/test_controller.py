@@ -203,6 +203,15 @@ def test_unknown_policy_is_a_clear_error():
         presets.get("quick", controller_policy="greedy")
 
 
+def test_a_mistyped_session_option_is_a_one_line_error_not_a_type_error(tmp_path):
+    from workbench import TuningSession
+
+    with pytest.raises(WorkbenchError, match="unknown preset field.* populaton; preset fields: .*population"):
+        TuningSession("matmul-128", db=str(tmp_path / "s.db"), populaton=256)
+    with pytest.raises(WorkbenchError, match="unknown preset field"):
+        presets.get(presets.get("quick"), trials_per_rnd=4)
+
+
 def test_projected_best_compares_arms_at_equal_trials():
     # conv8 of the design run: after the warm-up no-rewrite led by 3 %, then its second round found 1.68 ms;
     # pre-transformed's one round (2.33 ms) is worse than that, but about as good as no-rewrite was after as
@@ -350,3 +359,31 @@ def test_a_controller_restored_from_its_state_goes_on_as_the_original_would(poli
     old = {k: v for k, v in state.items() if k != "policy_state"}
     fresh = controller()
     assert not fresh.restore(old) and all(a.rounds == 0 for a in fresh.arms.values())
+
+
+# The rounds of a session, as (strategy's round best or None for a round that measured nothing valid): one arm
+# fast, one far behind (10x: a pruning policy's case), one that failed its first round.
+CONTRACT_ROUNDS = [3.0, 30.0, None, 2.5, 2.0, 31.0, 2.2, 1.9, 1.8, 2.1, 1.7, 2.4, 1.6, 1.65]
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_arm_policy_scores_each_live_arm_finitely_and_never_prunes_them_all(policy):
+    import json
+
+    c = StrategyController(S, "auto", policy, **({"stage_trials": 8} if policy == "halving" else {}))
+    best = None
+    for k, lat in enumerate(CONTRACT_ROUNDS):
+        d = c.choose()
+        assert d is not None and d.strategy in c.live(), (k, d)
+        live = c.live()
+        scores = c.policy.scores(c.arms, live)
+        assert set(scores) == set(live) and all(math.isfinite(v) for v in scores.values()), (k, scores)
+        assert set(d.scores) == set(live)  # the decision shows what the policy scored
+        # the rounds are played as scripted, whichever arm the policy chose: only the contract is checked here
+        played = S[k % len(S)] if k < len(S) else d.strategy
+        pruned = c.observe(played, lat, best, 8, predicted_mean=0.5 + 0.01 * k, model_trained=k > 2)
+        assert set(pruned) <= set(S) and c.live(), (k, pruned)  # never every live arm
+        assert not set(c.policy.prune(c.arms, c.live())) >= set(c.live())
+        if lat is not None:
+            best = lat if best is None else min(best, lat)
+        json.dumps(c.policy.snapshot())  # its own state is JSON data

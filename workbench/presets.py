@@ -175,6 +175,14 @@ def _env_overrides() -> dict:
 
 
 def get(name, **overrides) -> Preset:
+    """The preset ``name`` (or a ``Preset``) with ``overrides`` applied (for a named preset, the environment's
+    overrides first); ``WorkbenchError`` (one line) for an unknown preset, field or setting."""
+    fields = set(Preset.__dataclass_fields__) - {"name"}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise WorkbenchError(
+            f"unknown preset field(s) or session option(s) {', '.join(unknown)}; preset fields: {', '.join(sorted(fields))}"
+        )
     if isinstance(name, Preset):
         p = name
     elif name in PRESETS:
