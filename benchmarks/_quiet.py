@@ -392,7 +392,9 @@ class Protocol:
     re-measurement, where a drift slower than one repeat moves every program alike): waited out for up to
     ``RECORD_DRIFT_WAIT_S`` (an unsteady probe: up to ``host_wait_s``), then the run goes on; each reading is kept
     and shown on the page, and validity rests on the local quiet checks and the probe's steadiness. Absolute
-    figures of a "record" run carry the probe readings beside them.
+    figures of a "record" run carry the probe readings beside them. ``drift_scope``: which of the page's figures a
+    "record" run times side by side and which it does not, in words for the page (default: all its headline
+    comparisons).
     """
 
     def __init__(
@@ -406,10 +408,12 @@ class Protocol:
         host_wait_s: float | None = None,
         reference: str | None = REFERENCE,
         host_drift: str = "refuse",
+        drift_scope: str | None = None,
     ):
         if host_drift not in ("refuse", "record"):
             raise ValueError(f"host_drift must be 'refuse' or 'record', not {host_drift!r}")
         self.host_drift = host_drift
+        self.drift_scope = drift_scope
         self.host_wait_s = host_wait_s if host_wait_s is not None else (300.0 if host_drift == "refuse" else 60.0)
         self.reference = reference
         self.best_probe_ms = _reference_ms(reference, threads)
@@ -435,7 +439,7 @@ class Protocol:
             name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s, started=not first
         )
         r.update(self._host_check(name, started=not first))
-        r["quiet"] = r["quiet"] and (r["host_ok"] if self.host_drift == "refuse" else r["host_stable"])
+        r["quiet"] = r["quiet"] and (r["host_ok"] is not False if self.host_drift == "refuse" else r["host_stable"])
         self.checks.append(r)
         return r
 
@@ -447,8 +451,8 @@ class Protocol:
         while True:
             r = self._probe_once()
             ms = r.get("median_ms")
-            if ms is None:
-                return {"host_ok": True, "host_stable": True, "probe_ms": None}
+            if ms is None:  # the probe itself failed: the host's speed is unknown, neither good nor bad
+                return {"host_ok": None, "host_stable": True, "probe_ms": None, "probe_error": r.get("error")}
             best = self.best_probe_ms = min(self.best_probe_ms or ms, ms)
             drift = ms / best - 1
             spread = r.get("steady_spread", r.get("spread"))
@@ -558,6 +562,7 @@ class Protocol:
             "probe_best_ms": self.best_probe_ms,
             "slow_in_hindsight": self.slow_in_hindsight(),
             "host_drift": self.host_drift,
+            "drift_scope": self.drift_scope,
             "checks": list(self.checks),
             "probe": probe,
             "threads": self.threads,
@@ -605,8 +610,12 @@ def summary_markdown(s: dict | None) -> str:
                 f'; the host\'s own speed was recorded, not required (`host_drift="record"`): calibration probe '
                 f"{min(readings):.3f}-{max(readings):.3f} ms before the phases (best on this machine "
                 f"{s.get('probe_best_ms') or min(readings):.3f} ms), {len(slow)} of {len(checks)} phases began with "
-                f"the host more than {100 * pol.max_probe_drift:.0f}% slower than its best; the page's headline "
-                "comparisons are timed side by side (interleaved or alternating), so a drift moves both sides alike"
+                f"the host more than {100 * pol.max_probe_drift:.0f}% slower than its best; "
+                + (
+                    s.get("drift_scope")
+                    or "the page's headline comparisons are timed side by side (interleaved or alternating), so a "
+                    "drift moves both sides alike"
+                )
             )
     elif s.get("valid"):
         verdict = (
@@ -645,6 +654,9 @@ def summary_markdown(s: dict | None) -> str:
                 else ""
             )
         )
+    unknown = [c for c in checks if "host_ok" in c and c["host_ok"] is None]
+    if unknown:
+        verdict += f"; the probe failed before {len(unknown)} of {len(checks)} phases, whose host speed is unchecked"
     p = s.get("probe") or {}
     drift = p.get("drift")
     drift_txt = "" if drift is None else f", drift {100 * drift:+.1f}%"

@@ -241,6 +241,12 @@ def markdown(result: dict, derived: dict, analysis: str = "", plot_name: str | N
         f"size ({result['per_round']}); {how}; spread = (max − min) / median.",
         "",
     ]
+    if result.get("resumed"):
+        L += [
+            "Tuner runs kept from an earlier, interrupted invocation with the same settings (`--resume`; their "
+            f"tuning and wall times were taken then, under that invocation's protocol checks): {', '.join(result['resumed'])}.",
+            "",
+        ]
     if result.get("problems"):
         L += ["## Problems", ""] + [f"- **{p}**" for p in result["problems"]] + [""]
     L += ["## Where each target stands", "", "| target | measured | verdict |", "|---|---|---|"]

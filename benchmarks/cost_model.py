@@ -214,9 +214,12 @@ def evaluate_pruning(corpus: dict, machine, lowo_preds: dict, models: list[str],
             }
             for name in models:
                 pred = np.asarray(lowo_preds[(name, w)], dtype=float)
-                masked = np.where(kept, pred, -np.inf) if kept.any() else pred
                 for k in KS:
-                    row[f"{name}:top{k}"] = top_k_score(masked, lat, k)
+                    # the model picks among the kept programs only: fewer than k kept means fewer picks
+                    picks = lat[kept][np.argsort(-pred[kept], kind="stable")[:k]] if kept.any() else None
+                    row[f"{name}:top{k}"] = (
+                        float(lat.min() / picks.min()) if picks is not None else top_k_score(pred, lat, k)
+                    )
             per_w[w] = row
         out["sets"][set_name] = per_w
     return out

@@ -302,6 +302,7 @@ def main() -> int:
             r.pop("best_record")
     proto.finish()
     res = {
+        "command": "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:]),
         "workload": args.workload,
         "trials": args.trials,
         "seed": args.seed,
@@ -345,6 +346,10 @@ def _disturbers_line(mode: dict) -> str:
 
 def markdown(res: dict) -> str:
     h, lv = res["headless"], res["live"]
+    # a result from before the command line was stored: what its options were, as far as it recorded them
+    command = (
+        res.get("command") or f"python benchmarks/live_dashboard.py --pairs {res['pairs']} --trials {res['trials']}"
+    )
 
     def per(mode, key, f):
         return ", ".join(format(r[key], f) for r in mode["sessions"])
@@ -391,7 +396,7 @@ def markdown(res: dict) -> str:
         "the undisturbed headless sessions repeat one search, which any difference in a timing leaves, so the "
         "bests would compare one search path with others); each figure is the median over a mode's sessions "
         "(each session's value in brackets). Produced by "
-        f"`python benchmarks/live_dashboard.py --pairs {res['pairs']} --trials {res['trials']}`.",
+        f"`{command}`.",
         "",
         "| | headless | live |",
         "|---|---|---|",

@@ -147,7 +147,11 @@ def parse_args(argv=None):
     )
     ap.add_argument("--force", action="store_true", help="run on a busy machine; the result is marked invalid")
     ap.add_argument("--report-only", action="store_true", help="rewrite the page from low_precision.json")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.host_drift == "record" and args.passes < 3 and not args.report_only:
+        # a drifting host is only tolerable where the comparison rests on interleaved passes
+        ap.error("--host-drift record needs --passes 3 or more")
+    return args
 
 
 # ---------------------------------------------------------------- workloads and PyTorch ops

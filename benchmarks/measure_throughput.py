@@ -76,6 +76,11 @@ def _median_row(runs: list) -> dict:
     return row
 
 
+def _ratio(a, b) -> str:
+    """a / b as "1.23x"; "–" when b is zero or missing (a run with no successful trial)."""
+    return f"{a / b:.2f}x" if a is not None and b else "–"
+
+
 def _fig(r, k, spec):
     sp = r.get(k + "_spread")
     v = "-" if r.get(k) is None else format(r[k], spec)
@@ -116,6 +121,8 @@ def main():
         "--report-only", action="store_true", help="no tuning: rewrite throughput.md from --results' throughput.json"
     )
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     if args.report_only:
         with open(os.path.join(args.results, "throughput.json")) as f:
             print(write_page(json.load(f), args.results))
@@ -189,7 +196,7 @@ def per_run_lines(result: dict) -> list:
     for i in range(n):
         wb = rows["workbench"]["runs"][i]
         walls = " | ".join(f"{rows[k]['runs'][i]['wall_seconds']:.1f}" for k in rows)
-        ratios = " | ".join(f"{wb['ok_per_second'] / rows[k]['runs'][i]['ok_per_second']:.2f}x" for k in others)
+        ratios = " | ".join(_ratio(wb["ok_per_second"], rows[k]["runs"][i]["ok_per_second"]) for k in others)
         lines.append(f"| {i + 1} | {walls} | {ratios} |")
     waits = [r.get("noise_waited_s") for r in rows["workbench"]["runs"]]
     if all(w is not None for w in waits):

@@ -140,6 +140,7 @@ def _worker_setup(msg):
     from workbench import tvm_env
 
     tvm_env.setup()
+    tvm_env.configure_thread_pool(int(os.environ["TVM_NUM_THREADS"]))  # as the workbench's runner does
     config, weights = rm.load_weights(msg["weights"])
     model = rm.from_config(config, weights)
     _, inputs = rm.load_tensors(msg["input"])
@@ -230,6 +231,36 @@ def network_files(net_dir: str) -> dict:
     }
 
 
+def run_settings(args, target: dict) -> dict:
+    """What a network's figures depend on besides its name, image and seed: a network kept by --resume must have
+    been measured with the same."""
+    return {
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "passes": args.passes,
+        "strategy": args.strategy,
+        "trials_per_round": args.trials_per_round,
+        "budgets": args.budgets,
+        "mcpu": target.get("mcpu"),
+    }
+
+
+def kept_networks(earlier: dict, names: list, now: dict) -> dict:
+    """The networks of an earlier run (its partial JSON) that --resume keeps: complete, asked for again, and
+    measured with the same ``run_settings``; each one left out is named with the settings that differ."""
+    kept = {}
+    for n, e in earlier.get("networks", {}).items():
+        if not (e.get("complete") and n in names):
+            continue
+        differ = sorted(k for k in now if (e.get("settings") or {}).get(k) != now[k])
+        if differ:
+            log(f"{n}: not kept from the earlier run: measured with other settings ({', '.join(differ)})")
+            continue
+        kept[n] = e
+        log(f"{n}: kept from the earlier run (--resume)")
+    return kept
+
+
 def run_network(name: str, args, target: dict, protocol, save) -> dict:
     from workbench import relax_model as rm
     from workbench.events import EventKind
@@ -248,6 +279,7 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
     entry = {
         "config": model.config,
         "dtype": dtype,
+        "settings": run_settings(args, target),
         "strategy": args.strategy,
         "tasks": len(tasks),
         "task_calls": sum(t.weight for t in tasks),
@@ -398,13 +430,18 @@ def self_check(result: dict, args, protocol) -> list:
     model from its stored database and PyTorch's best mode from the same weights. Rows as
     ``_quiet.self_check_markdown`` reads them."""
     rows = []
+    out = result.get("out") or args.out
+    command = "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
     for name in result["networks_order"]:
         e = result["networks"].get(name) or {}
         fin = e.get("final")
         if not fin:
             continue
-        net_dir = os.path.join(args.out, name)
+        net_dir = os.path.join(out, name)
         files, trials = network_files(net_dir), e["checkpoints"][-1]["trials"]
+        missing = [p for p in (*files.values(), checkpoint_db(net_dir, trials)) if not os.path.exists(p)]
+        if missing:
+            raise SystemExit(f"networks.py: --self-check: {missing[0]} is missing (the run's files are gone)")
         sides = (
             (
                 "tvm",
@@ -425,7 +462,7 @@ def self_check(result: dict, args, protocol) -> list:
                     "spread": r["spread_pct"] / 100,
                     "ratio": ratio,
                     "agrees": abs(ratio - 1.0) <= _quiet.SELF_CHECK_TOLERANCE,
-                    "command": f"python benchmarks/networks.py --self-check --threads {args.threads}",
+                    "command": command,
                 }
             )
             log(f"  self-check {label}: {r['latency_ms']:.3f} ms, {ratio:.3f}x the table's {table:.3f} ms")
@@ -697,6 +734,7 @@ def main(argv=None) -> None:
         "threads": threads,
         "image": args.image,
         "seed": args.seed,
+        "out": os.path.abspath(args.out),
         "repeats": args.repeats,
         "passes": args.passes,
         "versions": tvm_env.library_versions(),
@@ -704,10 +742,7 @@ def main(argv=None) -> None:
         "networks": {},
         "earlier_runs": earlier.get("earlier_runs", []) + ([earlier["protocol"]] if earlier.get("protocol") else []),
     }
-    for n, e in earlier.get("networks", {}).items():
-        if e.get("complete") and n in names and e.get("budgets") == args.budgets:
-            result["networks"][n] = e
-            log(f"{n}: kept from the earlier run (--resume)")
+    result["networks"].update(kept_networks(earlier, names, run_settings(args, target)))
 
     def save(name, entry):
         result["networks"][name] = entry

@@ -32,6 +32,10 @@ Modes: ``quick`` = 64 trials; workbench and ms-fastbuild on all six workloads; m
 worker start-up makes it 4+ s per trial); 5 samples per kernel; profile at 64 trials.
 ``full`` = 64 and 256 trials, all six workloads, both MetaSchedule configurations, 10 samples per kernel.
 
+Every finished tuner run is saved to ``OUT/performance.partial.json`` at once; ``--resume`` keeps those of an
+interrupted invocation with the same settings (mode, budgets, batch size, target, threads) and tunes only the rest;
+the page names the kept runs.
+
 Writes ``docs/results/performance.md`` (+ ``performance.json``, ``performance_roofline.html``); raw tuner
 outputs (records stores, MetaSchedule work dirs) go to ``benchmarks/out/performance/``.
 """
@@ -139,9 +143,20 @@ def verify_peak(result: dict, out_dir: str, threads: int, protocol) -> None:
         result["problems"].append(problem)
 
 
+def plain(w) -> bool:
+    """Whether a vendor library computes exactly this workload: no epilogue, batch 1, no dilation (a float32
+    workload; ``main`` refuses others)."""
+    spec = w.spec()
+    p = spec["params"]
+    return not spec.get("epilogue") and p.get("batch", 1) == 1 and p.get("dilation", 1) == 1
+
+
 def conv_spec(w) -> dict | None:
-    """A workload's conv as torch needs it (NCHW semantics, N=1), or None when it is not a conv."""
+    """A workload's conv as torch needs it (NCHW semantics, N=1), or None when it is not a conv or not ``plain``
+    (its row then has no vendor figure)."""
     p = w.spec()["params"]
+    if not plain(w):
+        return None
     if w.op == "conv2d":
         return {
             "name": w.name,
@@ -169,6 +184,47 @@ def conv_spec(w) -> dict | None:
     return None
 
 
+PARTIAL = "performance.partial.json"
+# what must match for an earlier invocation's tuner runs to be kept by --resume
+RESUME_KEYS = ("mode", "budgets", "per_round", "target", "threads")
+
+
+def save_partial(path: str, result: dict) -> None:
+    """The result so far (its tuner runs), replaced atomically: what --resume keeps after an interruption."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def kept_runs(path: str, result: dict) -> dict:
+    """``{budget: {workload: {tuner: run}}}`` of the earlier invocation at ``path`` whose runs can be kept: same
+    settings (``RESUME_KEYS``), and each run's records store or best trace still there. Exits with one line when
+    the settings differ; nothing to keep when there is no such file."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        earlier = json.load(f)
+    differ = [k for k in RESUME_KEYS if earlier.get(k) != result.get(k)]
+    if differ:
+        sys.exit(
+            f"performance.py: --resume: {path} was made with other settings ({', '.join(differ)}); "
+            "run without --resume to start again"
+        )
+    out: dict = {}
+    for budget, per_w in (earlier.get("runs") or {}).items():
+        for wname, runs in per_w.items():
+            if wname not in result["names"]:
+                continue
+            for tuner, r in runs.items():
+                need = r.get("db") if tuner == "workbench" else r.get("best_trace")
+                if need is None and tuner != "workbench" and r.get("best_latency_ms") is None:
+                    need = ""  # a MetaSchedule run that found nothing: nothing to re-time, still a finished run
+                if need == "" or (need and os.path.exists(need)):
+                    out.setdefault(budget, {}).setdefault(wname, {})[tuner] = r
+    return out
+
+
 def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol, passes=1):
     """Every tuner's final kernels and the vendor libraries, each library timed alone in its own process.
 
@@ -191,7 +247,7 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol,
                     by_tuner.setdefault(tuner, []).append(
                         {"key": f"{budget}|{wname}|{tuner}", "workload": wname, "trace": trace}
                     )
-    numpy_w = [w for w in result["names"] if reg.get(w).op in ("matmul", "batch_matmul")]
+    numpy_w = [w for w in result["names"] if reg.get(w).op in ("matmul", "batch_matmul") and plain(reg.get(w))]
     convs = [c for c in (conv_spec(reg.get(w)) for w in result["names"]) if c]
     tvm_argv = [sys.executable, os.path.join(HERE, "_remeasure.py"), str(threads)]
     # (library, worker argv, setup arguments): one process each, one after the other
@@ -321,6 +377,12 @@ def main():
     ap.add_argument("--per-round", type=int, default=16)
     ap.add_argument("--ms-build-timeout", type=float, default=300.0)
     ap.add_argument("--profile-trials", type=int, help="0 skips the profile")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the tuner runs an interrupted invocation with the same settings finished (OUT/"
+        f"{PARTIAL}, written after every run); the page names them",
+    )
     ap.add_argument("--torch-python", default=os.path.join(ROOT, ".venv-torch", "bin", "python"))
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "out", "performance"))
     ap.add_argument("--results", default=RESULTS, help="where performance.md/.json go")
@@ -356,6 +418,7 @@ def main():
 
     from workbench import tvm_env
     from workbench.dtypes import numpy_dtype
+    from workbench.errors import WorkbenchError
     from workbench.workloads import registry
 
     mode = MODES[args.mode]
@@ -365,22 +428,38 @@ def main():
     repeats = args.repeats or mode["repeats"]
     if args.passes < 1:
         sys.exit("performance.py: --passes must be at least 1")
+    if args.host_drift == "record" and args.passes < 3:
+        # a drifting host is only tolerable where the comparison rests on interleaved passes
+        sys.exit("performance.py: --host-drift record needs --passes 3 or more")
     profile_trials = mode["profile_trials"] if args.profile_trials is None else args.profile_trials
+    reg = registry()
+    for n in names:
+        try:
+            dtype = reg.get(n).spec().get("dtype", "float32")
+        except WorkbenchError as e:
+            sys.exit(f"performance.py: {e}")
+        if dtype != "float32":
+            # the peers' side (numpy, torch) and the re-measurement here are float32 only
+            sys.exit(f"performance.py: {n} is {dtype}; benchmarks/low_precision.py compares low-precision kernels")
     threads = args.threads
     target = tvm_env.host_target_dict(threads)
     _quiet.set_thread_env(threads)
-    protocol = _quiet.Protocol("performance", threads, args.force, host_drift=args.host_drift)
+    protocol = _quiet.Protocol(
+        "performance",
+        threads,
+        args.force,
+        host_drift=args.host_drift,
+        drift_scope="the kernels' table is timed side by side (every library in each of the rotated passes, samples "
+        "pooled), so a drift moves every library alike; the tuning-time figures (wall time, time to quality, trials "
+        "per second) come from one run per tuner, one after the other, and are not: a drift between two tuners' runs "
+        "moves their ratio (performance.json keeps the probe reading before each run: protocol.checks)",
+    )
     protocol.start()
     os.makedirs(args.out, exist_ok=True)
-    reg = registry()
     t_start = time.time()
-    cmd = (
-        "make bench"
-        if args.mode == "quick" and len(sys.argv) <= 3
-        else "make bench-full"
-        if args.mode == "full" and len(sys.argv) <= 3
-        else "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
-    )
+    # the make targets pass exactly --mode: any other option is a different run, named by its own command line
+    made = {("--mode", "quick"): "make bench", ("--mode", "full"): "make bench-full"}
+    cmd = made.get(tuple(sys.argv[1:])) or "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
     result = {
         "mode": args.mode,
         "command": cmd,
@@ -418,17 +497,30 @@ def main():
     log("peak microbenchmark")
     result["peak"] = run_peak(args.out, threads)
     log(f"peak: {result['peak']}")
+    partial = os.path.join(args.out, PARTIAL)
+    kept = kept_runs(partial, result) if args.resume else {}
+    result["resumed"] = []
     for budget in budgets:
         for n in names:
             runs = result["runs"].setdefault(str(budget), {}).setdefault(n, {})
-            protocol.phase(f"tuning {n} @ {budget} with the workbench")
-            log(f"{n} @ {budget}: workbench")
-            runs["workbench"] = _tuners.run_workbench(
-                n, target, budget, args.per_round, os.path.join(args.out, f"wb-{n}-{budget}.db")
-            )
+            earlier = kept.get(str(budget), {}).get(n, {})
+            if "workbench" in earlier:
+                runs["workbench"] = earlier["workbench"]
+                result["resumed"].append(f"{n} @ {budget} workbench")
+            else:
+                protocol.phase(f"tuning {n} @ {budget} with the workbench")
+                log(f"{n} @ {budget}: workbench")
+                runs["workbench"] = _tuners.run_workbench(
+                    n, target, budget, args.per_round, os.path.join(args.out, f"wb-{n}-{budget}.db")
+                )
+                save_partial(partial, result)
             log(f"  best {runs['workbench']['best_latency_ms']} ms, {runs['workbench']['wall_seconds']:.0f} s")
             configs = [("ms-fastbuild", True)] + ([("ms-stock", False)] if n in stock else [])
             for tuner, fast in configs:
+                if tuner in earlier:
+                    runs[tuner] = earlier[tuner]
+                    result["resumed"].append(f"{n} @ {budget} {tuner}")
+                    continue
                 protocol.phase(f"tuning {n} @ {budget} with {tuner}")
                 log(f"{n} @ {budget}: {tuner}")
                 runs[tuner] = _tuners.run_ms(
@@ -440,6 +532,7 @@ def main():
                     args.ms_build_timeout,
                     os.path.join(args.out, f"{tuner}-{n}-{budget}"),
                 )
+                save_partial(partial, result)
                 log(
                     f"  best {runs[tuner]['best_latency_ms']} ms, {runs[tuner]['wall_seconds']:.0f} s, "
                     f"failed {runs[tuner]['failed']}"

@@ -90,8 +90,10 @@ def tune(workload, variant, trials, seed, db, target):
     return s.session_id
 
 
-def collect(db) -> dict:
-    """{(workload, seed, variant): run} of every finished session of ``db`` that ran one of the variants."""
+def collect(db, trials: int | None = None, target: dict | None = None) -> dict:
+    """{(workload, seed, variant): run} of every finished session of ``db`` that ran one of the variants (with
+    ``trials``/``target``: only sessions with that budget and target; a store kept by --resume may hold others,
+    which are never this run's figures)."""
     from workbench import RecordStore
 
     store = RecordStore(db, readonly=True)
@@ -99,7 +101,9 @@ def collect(db) -> dict:
     try:
         for sess in store.sessions():
             v = variant_of(sess)
-            if v is None:
+            if v is None or (trials is not None and sess["trials"] != trials):
+                continue
+            if target is not None and sess["target"] != target:
                 continue
             rec = store.records(session_id=sess["id"], with_trace=True).reset_index(drop=True)
             if len(rec) < sess["trials"]:
@@ -264,7 +268,8 @@ def main():
     os.makedirs(os.path.dirname(args.db), exist_ok=True)
     if not args.resume:
         remove_store(args.db)
-    done = collect(args.db) if os.path.exists(args.db) else {}
+
+    done = collect(args.db, args.trials, target) if os.path.exists(args.db) else {}
     for w in workloads:
         for seed in seeds:
             for v in variants:
@@ -274,7 +279,11 @@ def main():
                 protocol.phase(f"tuning {w} seed {seed} {v}")
                 print(f"[{time.time() - t0:6.0f}s] {w} seed {seed} {v}", file=sys.stderr, flush=True)
                 tune(w, v, args.trials, seed, args.db, target)
-    runs = {k: r for k, r in collect(args.db).items() if k[0] in workloads and k[1] in seeds and k[2] in variants}
+    runs = {
+        k: r
+        for k, r in collect(args.db, args.trials, target).items()
+        if k[0] in workloads and k[1] in seeds and k[2] in variants
+    }
     entries = {}
     for (w, _seed, _v), r in runs.items():
         if r["best_trace"]:

@@ -93,6 +93,29 @@ MODES = {
 }
 
 
+def source_from_store(db: str) -> tuple[list, int]:
+    """The layers a given source store (``--source-db``) holds a verified best for, as workloads (from their
+    stored specs), and how many programs it measured for them."""
+    from workbench.store import RecordStore
+    from workbench.workloads import workload_from_spec
+
+    if not os.path.exists(db):
+        sys.exit(f"transfer_tuning.py: --source-db {db} does not exist")
+    store = RecordStore(db, readonly=True)
+    try:
+        specs = {}
+        for sess in store.sessions():
+            for spec in sess["spec"] if isinstance(sess["spec"], list) else [sess["spec"]]:
+                specs.setdefault(spec["name"], spec)
+        per = store.summary()["workloads"]
+    finally:
+        store.close()
+    names = [n for n, x in per.items() if x.get("best_latency_ms") is not None and n in specs]
+    if not names:
+        sys.exit(f"transfer_tuning.py: --source-db {db} holds no verified program")
+    return [workload_from_spec(specs[n]) for n in names], sum(int(per[n]["measured"]) for n in names)
+
+
 def _layers(sel, network):
     from workbench.workloads import registry
 
@@ -188,8 +211,10 @@ def run_target(name, targets, source_db, bank_params, args, out, protocol, targe
 
     protocol.phase(f"transfer-tuning onto {name}")
     print(f"# transfer-tuning onto {name}: {len(targets)} layers", flush=True)
+    tt_db = os.path.join(out, f"tt_{name}.db")
+    remove_store(tt_db)  # the re-measurement and the self-check read this store's bests: this run's only
     t = time.time()
-    tt = transfer(source_db, targets, target=target, db=os.path.join(out, f"tt_{name}.db"))
+    tt = transfer(source_db, targets, target=target, db=tt_db)
     t_tt_wall = time.time() - t
     _quiet.quiesce()
     protocol.phase(f"timing {name}'s default schedules")
@@ -372,11 +397,23 @@ def write_report(data, results=RESULTS):
         "",
         _quiet.summary_markdown(data.get("protocol")),
     ]
+    if data.get("source_given"):
+        src = (
+            f"the source store `{data['source_db']}` given with `--source-db` ({len(data['source_layers'])} layers "
+            f"with a verified program, {data.get('source_measured')} programs measured; not tuned by this run), "
+            f"{data['trials_per_layer']} trials per layer for full tuning"
+        )
+        src_time = "source tuning not part of this run"
+    else:
+        src = (
+            f"{len(data['source_layers'])} ResNet-18 source layers, {data['trials_per_layer']} trials per layer for "
+            "source and full tuning"
+        )
+        src_time = f"source tuning {data['source_s']:.0f} s"
     L.append(
-        f"Measured on {data['machine']} with `{data['command']}` (mode **{m}**: "
-        f"{len(data['source_layers'])} ResNet-18 source layers, {data['trials_per_layer']} trials per layer for "
-        f"source and full tuning, {data['per_round']} per round, strategy `{data['strategy']}`, seed {data['seed']}). "
-        f"Total wall time {data['wall_s'] / 60:.1f} min (source tuning {data['source_s']:.0f} s)."
+        f"Measured on {data['machine']} with `{data['command']}` (mode **{m}**: {src}, {data['per_round']} per "
+        f"round, strategy `{data['strategy']}`, seed {data['seed']}). Total wall time {data['wall_s'] / 60:.1f} min "
+        f"({src_time})."
     )
     if data.get("git"):
         L.append("")
@@ -560,8 +597,10 @@ def main(argv=None):
     )
     protocol.start()
     source = _layers(mode["source"], "resnet18")
+    source_measured = None
     if args.source_db:
-        source_db, t_src = args.source_db, 0.0
+        source_db, t_src = args.source_db, None
+        source, source_measured = source_from_store(source_db)
     else:
         source_db = os.path.join(args.out, "source_resnet18.db")
         remove_store(source_db)
@@ -603,6 +642,8 @@ def main(argv=None):
         "seed": args.seed,
         "source_layers": [w.name for w in source],
         "source_db": source_db,
+        "source_given": bool(args.source_db),
+        "source_measured": source_measured,
         "source_s": t_src,
         "targets": targets,
         "paper": PAPER,

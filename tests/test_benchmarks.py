@@ -196,6 +196,38 @@ def test_conv_spec_gives_torch_the_workloads_shapes():
     assert dw["groups"] == dw["ci"] == dw["co"] == 144
     assert performance.conv_spec(reg.get("GMM.2")) is None
     assert [reg.get(n).name for n in performance.WORKLOADS] == performance.WORKLOADS  # all registered
+    # a workload the vendors would compute differently has no vendor figure rather than a wrong one
+    assert performance.conv_spec(reg.get("DIL.0")) is None and not performance.plain(reg.get("DIL.0"))
+    assert not performance.plain(reg.get("bert.ffn1")) and performance.plain(reg.get("GMM.2"))
+
+
+def test_performance_resume_keeps_the_finished_runs_of_an_invocation_with_the_same_settings(tmp_path):
+    import performance
+
+    db = tmp_path / "wb.db"
+    db.write_text("")
+    trace = tmp_path / "best_trace.json"
+    trace.write_text("{}")
+    settings = {"mode": "quick", "budgets": [64], "per_round": 16, "target": "{}", "threads": 2}
+    runs = {
+        "64": {
+            "GMM.2": {
+                "workbench": {"db": str(db)},
+                "ms-fastbuild": {"best_trace": str(trace), "best_latency_ms": 1.0},
+                "ms-stock": {"best_trace": None, "best_latency_ms": None},  # finished, found nothing
+            },
+            "resnet18.conv5": {"workbench": {"db": str(tmp_path / "gone.db")}},  # its store is gone: tuned again
+            "resnet18.conv2": {"workbench": {"db": str(db)}},  # not asked for this time
+        }
+    }
+    partial = str(tmp_path / performance.PARTIAL)
+    performance.save_partial(partial, dict(settings, runs=runs))
+    now = dict(settings, names=["GMM.2", "resnet18.conv5"])
+    kept = performance.kept_runs(partial, now)
+    assert kept == {"64": {"GMM.2": runs["64"]["GMM.2"]}}
+    assert performance.kept_runs(str(tmp_path / "none.json"), now) == {}
+    with pytest.raises(SystemExit, match="other settings \\(per_round, threads\\)"):
+        performance.kept_runs(partial, dict(now, per_round=8, threads=1))
 
 
 def test_per_workload_keeps_the_headline_figures_in_the_json():
@@ -300,6 +332,18 @@ def test_protocol_run_that_started_on_a_slow_host_is_invalid_in_hindsight(monkey
     assert json.load(open(ref)) == {"2": 0.50}  # the next run checks against the host at its best
 
 
+def test_a_failed_probe_leaves_the_hosts_speed_unknown_not_good(monkeypatch, tmp_path):
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
+    p = _quiet.Protocol("test", 2, seconds=0.01, reference=str(tmp_path / "ref.json"))
+    p._probe_once = lambda: {"error": "probe crashed"}
+    r = p.phase("start")
+    assert r["quiet"] is True and r["host_ok"] is None and r["probe_error"] == "probe crashed"
+    p._probe_once = lambda: {"median_ms": 0.5, "spread": 0.01}
+    p.phase("tuning x")
+    md = _quiet.summary_markdown(dict(p.summary(), valid=True))
+    assert "the probe failed before 1 of 2 phases, whose host speed is unchecked" in md
+
+
 def test_protocol_stops_between_phases_after_a_bounded_wait(monkeypatch, capsys):
     loads = itertools.chain([0.0], itertools.repeat(1.5))
     monkeypatch.setattr(
@@ -375,7 +419,12 @@ def test_protocol_records_a_slow_host_when_its_comparisons_are_interleaved(monke
     assert s["slow_in_hindsight"]  # still reported
     md = p.markdown()
     assert "INVALID" not in md and "0.550-0.800 ms before the phases" in md and "1 of 2 phases" in md
+    assert "headline comparisons are timed side by side" in md
     assert capsys.readouterr().err == ""  # nothing refused
+    # a script whose figures are not all side by side says which are
+    scoped = dict(s, drift_scope="the kernels' table is side by side; the tuning times are not")
+    md = _quiet.summary_markdown(scoped)
+    assert "the tuning times are not" in md and "headline comparisons" not in md
     # local load still makes a recorded run invalid (forced) or refused
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(1.5))
     busy = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0.0)
@@ -482,6 +531,42 @@ def test_standalone_self_check_runs_the_users_command_per_kernel_and_judges_with
     )
 
 
+def test_transfer_tuning_describes_a_given_source_store_by_what_it_holds(tmp_path):
+    import transfer_tuning
+
+    from workbench.store import RecordStore
+    from workbench.workloads import registry
+
+    reg = registry()
+    conv11, conv8 = reg.get("resnet18.conv11").spec(), reg.get("resnet18.conv8").spec()
+    db = str(tmp_path / "source.db")
+    store = RecordStore(db)
+    sid = store.create_session(
+        workload="resnet18-source",
+        spec=[conv11, conv8],  # a network session: one spec per task
+        target={"kind": "llvm"},
+        preset="quick",
+        preset_params={"name": "quick"},
+        seed=0,
+        trials=3,
+        strategies=["no-rewrite"],
+        strategy_arg="no-rewrite",
+        versions={},
+    )
+    for i, (name, ok) in enumerate([("resnet18.conv11", True), ("resnet18.conv11", True), ("resnet18.conv8", False)]):
+        rec = dict(session_id=sid, workload=name, trial=i + 1, round=1, strategy="no-rewrite", chosen_by="controller")
+        rec.update(trace="{}", decisions="[]", mod_hash=str(i), latency_ms=1.0, gflops=1.0, verified=ok)
+        store.add_record(
+            dict(rec, error_class=None, is_best=False, seed=0, proposed_at=0, measured_at=0, elapsed_s=i), None
+        )
+    store.close()
+    layers, measured = transfer_tuning.source_from_store(db)
+    assert [w.name for w in layers] == ["resnet18.conv11"] and measured == 2  # conv8 has no verified program
+    assert layers[0].class_key == reg.get("resnet18.conv11").class_key
+    with pytest.raises(SystemExit, match="does not exist"):
+        transfer_tuning.source_from_store(str(tmp_path / "none.db"))
+
+
 def test_transfer_tuning_self_checks_each_tt_and_full_best_the_page_shows(monkeypatch):
     import transfer_tuning
 
@@ -527,9 +612,18 @@ def test_probe_reading_times_the_probe_in_a_fresh_process_with_the_threads_asked
 
 
 def test_timing_meter_loads_without_the_workbench_package():
-    with _protocol.timing_meter(1) as m:
-        sum(range(10000))
-    assert {"wall_s", "wait_fraction", "other_cores"} <= set(m.result)
+    # as in the torch environment: neither TVM nor the workbench package can be imported there
+    script = (
+        "import sys; sys.modules['tvm'] = sys.modules['workbench'] = sys.modules['numpy'] = None\n"
+        f"sys.path.insert(0, {BENCH!r})\n"
+        "import _protocol\n"
+        "with _protocol.timing_meter(1) as m:\n"
+        "    sum(range(10000))\n"
+        "import json; print(json.dumps(sorted(m.result)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert {"wall_s", "wait_fraction", "other_cores"} <= set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 # ---------------------------------------------------------------- performance.py under the protocol
@@ -863,6 +957,30 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
     )
 
 
+def test_networks_resume_keeps_only_networks_measured_with_the_same_settings(capsys):
+    import argparse
+
+    import networks as nw
+
+    args = argparse.Namespace(
+        threads=2, repeats=10, passes=3, strategy="no-rewrite", trials_per_round=None, budgets=[200, 500]
+    )
+    now = nw.run_settings(args, {"mcpu": "znver4"})
+    earlier = {
+        "networks": {
+            "resnet18": {"complete": True, "settings": dict(now)},
+            "mobilenet_v2": {"complete": True, "settings": dict(now, threads=1, strategy="packed")},
+            "resnet18-int8": {"complete": False, "settings": dict(now)},  # interrupted: tuned again
+            "vgg": {"complete": True, "settings": dict(now)},  # not asked for
+            "old": {"complete": True},  # from before settings were recorded
+        }
+    }
+    kept = nw.kept_networks(earlier, ["resnet18", "mobilenet_v2", "resnet18-int8", "old"], now)
+    assert list(kept) == ["resnet18"]
+    err = capsys.readouterr().err
+    assert "mobilenet_v2: not kept from the earlier run: measured with other settings (strategy, threads)" in err
+
+
 def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_path):
     import networks as nw
 
@@ -1068,6 +1186,11 @@ def test_throughput_page_shows_each_repeat_side_by_side_and_the_workbench_waits(
     for r in rows["workbench"]["runs"]:
         r["noise_waited_s"] = None  # a run from before the waits were recorded says so
     assert "predates their recording" in mt.write_page(result, str(tmp_path))
+    # a MetaSchedule run with no successful trial (e.g. a short build timeout): a dash, not a ZeroDivisionError
+    failed = run(110.0, ok=0)
+    failed.update(ok_per_second=0.0, seconds_per_ok_trial=110.0, best_latency_ms=None)
+    result["rows"] = dict(rows, **{"ms-fastbuild": mt._median_row([runs["ms-fastbuild"][0], failed])})
+    assert "| 2 | 60.0 | 110.0 | – |" in mt.write_page(result, str(tmp_path))
 
 
 def test_workbench_noise_waits_sums_the_sessions_waits(tmp_path):
@@ -1131,3 +1254,26 @@ def test_live_dashboard_names_who_ran_beside_the_disturbed_timings(tmp_path):
     assert "3 disturbed: chromium 2 (0.30), jupyter-lab 1 (0.10)" in live_dashboard._disturbers_line(
         {"sessions": [{"disturbers": got}]}
     )
+
+
+def test_pruning_evaluation_picks_only_among_the_kept_programs(monkeypatch):
+    import cost_model as cmb
+    import numpy as np
+
+    from workbench import pruning
+
+    class FirstIsPruned:
+        def __init__(self, rules, machine):
+            pass
+
+        def first_violation(self, feats):
+            return "rule" if feats[0] == 1 else None
+
+    monkeypatch.setattr(pruning, "Pruner", FirstIsPruned)
+    monkeypatch.setattr(cmb, "rule_sets", lambda: {"rule": ("rule",)})
+    # the fastest program (1 ms) is pruned; with fewer kept programs than k, the model's picks are the kept ones
+    corpus = {"w": [(np.array([1]), 1.0), (np.array([0]), 2.0), (np.array([0]), 3.0)]}
+    res = cmb.evaluate_pruning(corpus, pruning.Machine(16, 2), {("m", "w"): [0.1, 0.9, 0.5]}, ["m"])
+    row = res["sets"]["rule"]["w"]
+    assert row["pruned"] == pytest.approx(1 / 3) and row["best_kept_over_best"] == 2.0
+    assert row["m:top1"] == 0.5 and row["m:top5"] == 0.5 and row["m:top10"] == 0.5
