@@ -239,10 +239,24 @@ def test_batch_runner_returns_results_in_order_and_stops_when_told(batch_runner,
 
 
 @pytest.mark.parametrize("name", sorted(RUNNERS))
-def test_runner_close_is_idempotent(name, request):
-    r = measure.make_runner(_runner_spec(name, request), TARGET, PRESET)
+def test_runner_close_ends_its_workers_and_is_idempotent(name, request, kernels):
+    import psutil
+
+    def children():
+        return {c.pid for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE}
+
+    spec = _runner_spec(name, request)  # the RPC servers (a module fixture) are not this runner's workers
+    before = children()
+    r = measure.make_runner(spec, TARGET, PRESET)
+    paths, shapes = kernels
+    assert r.run(paths["good"], shapes).error_class is None  # its workers are up
+    assert children() - before, "the runner started no worker process"
     r.close()
     r.close()
+    gone = time.monotonic() + 10
+    while children() - before and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert not children() - before, "a worker outlived close()"
 
 
 def test_make_runner_passes_a_runner_through_and_rejects_a_bad_url(pools):
@@ -259,7 +273,10 @@ COST_MODELS = {
     for name, cls in cost_model.COST_MODELS.items()
 }
 # One model per layout strategy (preset shared_cost_model=False), routing by the features' strategy one-hot.
-COST_MODELS["per-strategy pack-sum"] = lambda: cost_model.PerStrategyModels(COST_MODELS[cost_model.PackSumXGB.name])
+for _name in (cost_model.PackSumXGB.name, cost_model.PairwiseRankXGB.name):
+    COST_MODELS[f"per-strategy {_name}"] = lambda _name=_name: cost_model.PerStrategyModels(COST_MODELS[_name])
+
+CONTRACT_STRATEGIES = 2  # the programs below come from two layout strategies (their rows' one-hot)
 
 
 @pytest.fixture(params=sorted(COST_MODELS))
@@ -268,10 +285,14 @@ def model(request):
 
 
 def _programs(rng, n):
-    """n programs (1-3 feature rows each) and their throughput: a sum over rows, as pack-sum assumes."""
-    progs = [
-        rng.uniform(0, 1, size=(int(rng.integers(1, 4)), cost_model.N_FEATURES)).astype(np.float32) for _ in range(n)
-    ]
+    """n programs (1-3 feature rows each) and their throughput: a sum over rows, as pack-sum assumes. Program i
+    comes from layout strategy i % CONTRACT_STRATEGIES: every row ends with that strategy's one-hot."""
+    progs = []
+    for i in range(n):
+        p = rng.uniform(0, 1, size=(int(rng.integers(1, 4)), cost_model.N_FEATURES)).astype(np.float32)
+        p[:, -cost_model.N_STRATEGIES :] = 0.0
+        p[:, -cost_model.N_STRATEGIES + i % CONTRACT_STRATEGIES] = 1.0
+        progs.append(p)
     return progs, np.array([float((0.1 + 3 * p[:, 0] + p[:, 1] ** 2).sum()) for p in progs])
 
 
@@ -310,7 +331,9 @@ def test_cost_model_ranks_after_training_within_each_group(model):
     test, true_speed = progs[240:], speed[240:]
     pred = model.predict(test)
     assert pred.shape == (60,) and np.all(np.isfinite(pred))
-    assert _rank_correlation(pred, true_speed) > 0.8
+    # a search ranks the candidates of one strategy at a time: every model must rank within each strategy
+    for k in range(CONTRACT_STRATEGIES):
+        assert _rank_correlation(pred[k::CONTRACT_STRATEGIES], true_speed[k::CONTRACT_STRATEGIES]) > 0.8, k
     assert np.array_equal(model.predict(test), pred)  # a trained model is deterministic
 
 
@@ -403,12 +426,12 @@ DEMO_DB = os.path.join(
 )
 
 
-def _tuning_session(tmp_path):
+def _tuning_session(tmp_path, trials: int = 4):
     from workbench import TuningSession
 
     return TuningSession(
         SMALL["matmul"],
-        trials=4,
+        trials=trials,
         trials_per_round=4,
         strategy="auto",
         db=str(tmp_path / "v.db"),
@@ -452,26 +475,77 @@ def test_session_view_conforms_and_runs_its_course(name, tmp_path):
     unsubscribe()
 
 
+def _long_replay(tmp_path):
+    from workbench.replay import ReplaySession
+
+    return ReplaySession(DEMO_DB, speed=4.0)  # 32 candidates over ~17 s
+
+
+def test_a_stored_session_is_a_read_only_session_view():
+    from widgets.sessions import StoredSession
+
+    from workbench.events import EventKind
+    from workbench.store import RecordStore
+    from workbench.workloads import workload_from_spec as from_spec
+
+    sid = RecordStore(DEMO_DB, readonly=True).sessions()[-1]["id"]
+    s = StoredSession(DEMO_DB, sid)
+    assert isinstance(s, interfaces.SessionView) and s.read_only
+    assert s.status == "finished" and not s.paused and not s.replay
+    assert s.controller is None and s.measurement_gate is None
+    from_spec(s.workload_spec)  # the workload as data
+    got = []
+    unsubscribe = s.subscribe(got.append)
+    assert s.wait(5)  # no process tunes it: nothing to follow
+    with pytest.raises(WorkbenchError, match="resume it"):
+        s.start()
+    s.pause()  # nothing runs: nothing to hold
+    s.resume_running()
+    s.stop()
+    assert s.status == "finished" and got == []  # its events are in the store, not re-emitted
+    assert any(e["kind"] == EventKind.FINISHED for e in RecordStore(DEMO_DB, readonly=True).events(sid))
+    unsubscribe()
+
+
+# The same views with a course too long to end by itself within the pause/stop test (a stop that did nothing
+# would leave them running, not "finished"): a 256-trial tuning session, a replay at a quarter of recorded time.
+LONG_SESSION_VIEWS = {"tuning": lambda tmp_path: _tuning_session(tmp_path, trials=256), "replay": _long_replay}
+
+
+def _until(cond, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
 @pytest.mark.parametrize("name", list(SESSION_VIEWS))
 def test_session_view_pause_and_stop_take_effect(name, tmp_path):
-    s = SESSION_VIEWS[name](tmp_path)
+    from workbench.events import EventKind
+
+    assert set(LONG_SESSION_VIEWS) == set(SESSION_VIEWS)
+    s = LONG_SESSION_VIEWS[name](tmp_path)
     if s.controller is not None:
         s.controller.pick(s.controller.strategies[-1])
         assert s.controller.mode == "manual"
         with pytest.raises(WorkbenchError):
             s.controller.pick("no-such-strategy")
         s.controller.auto()
+    measured, kinds = [], []
+    s.subscribe(lambda e: measured.append(e) if e.kind == EventKind.CANDIDATE_MEASURED else None)
+    s.subscribe(lambda e: kinds.append(e.kind))
     s.start()
-    deadline = time.time() + 120
-    while s.status == "created" and time.time() < deadline:
-        time.sleep(0.02)
+    assert _until(lambda: len(measured) >= 1, 120), s.status
     s.pause()
-    assert s.paused
-    time.sleep(0.3)
+    assert _until(lambda: s.status == "paused", 120), s.status  # held after the candidate being measured
+    held = len(measured)
+    time.sleep(1.0)
+    assert len(measured) == held and s.status == "paused"  # nothing measured while paused
     s.resume_running()
-    assert not s.paused
+    assert _until(lambda: len(measured) > held, 120), s.status  # going on again
     s.stop()
-    assert s.wait(300) and s.status in ("stopped", "finished")
+    assert s.wait(120) and s.status == "stopped" and kinds[-1] == EventKind.STOPPED
+    assert EventKind.PAUSED in kinds and EventKind.RESUMED in kinds
 
 
 # ---------------------------------------------------------------- TVM internals (workbench/tvm_private.py)

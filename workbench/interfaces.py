@@ -7,16 +7,23 @@ interface          implementations                                   chosen by
 ``Runner``         ``measure.Runner`` (local), ``rpc.RPCRunner``     ``measure.make_runner`` (``None``/``"local"``
                                                                      or ``"rpc://HOST:PORT/KEY"``)
 ``BatchRunner``    ``rpc.RPCRunner``                                 ``isinstance(runner, BatchRunner)``
-``CostModel``      ``cost_model.PackSumXGB``                         the session (one model shared by its tasks)
+``CostModel``      ``cost_model.PackSumXGB``,                        preset field ``cost_model`` (one model shared
+                   ``cost_model.PairwiseRankXGB``, each alone or     by a session's tasks; ``shared_cost_model=
+                   one per strategy (``PerStrategyModels``)          False``: one per layout strategy)
 ``LayoutStrategy`` the entries of ``layouts.STRATEGIES``             ``layouts.get(name)``
+``SessionView``    ``TuningSession``, ``replay.ReplaySession``;      what ``widgets/`` is handed
+                   read-only: ``widgets.sessions.StoredSession``
+``ArmPolicy``      ``controller.POLICIES`` (in controller.py)        preset field ``controller_policy``
+``PruningRule``    ``pruning.RULES``                                 preset field ``prune``
 =================  ================================================  ===========================================
 
 They are ``typing.Protocol`` classes: an object with the members below conforms
 whether or not it subclasses them (a caller may pass its own runner), and
 ``isinstance`` checks that the members exist, not their signatures. The
 workbench's own implementations subclass them, so that a missing member is a
-type-checker error. ``tests/test_contracts.py`` runs one contract suite per
-interface over every implementation in the table.
+type-checker error. One contract suite per interface runs over every
+implementation in the table: ``tests/test_contracts.py`` (``ArmPolicy``:
+``tests/test_controller.py``; ``PruningRule``: ``tests/test_pruning.py``).
 
 Units (as everywhere in the workbench, see events.py): latencies are milliseconds
 (``CostModel.add``'s ``latency_ms``, ``RunResult.latency_ms``); raw timing samples keep
@@ -299,6 +306,10 @@ class SessionView(Protocol):
     ``Steering``, or None where nobody can steer (a replay). ``measurement_gate``
     (``noise.MeasurementGate``) is held while kernels are timed: a view calls ``begin_draw()`` /
     ``end_draw()`` around a redraw and draws nothing while ``begin_draw()`` returns False.
+
+    A *read-only* view (``read_only = True``: a session shown as its store holds it, ``widgets.sessions.
+    StoredSession``) runs nothing here: ``start()`` raises ``WorkbenchError`` (one line saying how to resume it),
+    ``pause()``/``resume_running()``/``stop()`` do nothing, ``measurement_gate`` and ``controller`` are None.
     """
 
     session_id: int
