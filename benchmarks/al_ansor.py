@@ -754,7 +754,7 @@ def _set_md(res) -> list:
         f"{seeds}; preset `quick`, {res['trials_per_round']} trials per round. Adaptive arms: {', '.join(res['arms'])}. "
         f"Each run's best verified program at each checkpoint was rebuilt from its trace and re-measured "
         f"{res['repeats']}x, all programs interleaved in shuffled order; the median is shown (geomean over seeds), "
-        "with the largest spread over seeds ((max - min) / median) in brackets. Produced by "
+        "with each program's spread over its re-measurements ((max - min) / median; the largest over the seeds) in brackets. Produced by "
         f"`{res['command']}` in {res['wall_seconds'] / 60:.0f} min.",
         "",
     ]
