@@ -623,7 +623,7 @@ def summary_markdown(s: dict | None) -> str:
             f"{s.get('threshold_cores', pol.max_other_cores):.2f} cores before every phase"
             + (
                 f", and the calibration probe within {100 * pol.max_probe_drift:.0f}% of its best on this machine)"
-                if any("host_ok" in c for c in checks)
+                if any(c.get("host_ok") is True for c in checks)
                 else ")"
             )
         )

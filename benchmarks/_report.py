@@ -242,9 +242,14 @@ def markdown(result: dict, derived: dict, analysis: str = "", plot_name: str | N
         "",
     ]
     if result.get("resumed"):
+        earlier = [
+            f"started {p.get('started')}, commit `{((p.get('git') or {}).get('commit') or 'unknown')[:12]}`"
+            for p in result.get("earlier_runs") or []
+        ]
         L += [
             "Tuner runs kept from an earlier, interrupted invocation with the same settings (`--resume`; their "
-            f"tuning and wall times were taken then, under that invocation's protocol checks): {', '.join(result['resumed'])}.",
+            f"tuning and wall times were taken then, under that invocation's protocol checks: {'; '.join(earlier)}; "
+            f"records in performance.json, `earlier_runs`): {', '.join(result['resumed'])}.",
             "",
         ]
     if result.get("problems"):

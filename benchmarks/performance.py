@@ -197,10 +197,11 @@ def save_partial(path: str, result: dict) -> None:
     os.replace(tmp, path)
 
 
-def kept_runs(path: str, result: dict) -> dict:
+def kept_runs(path: str, result: dict, force: bool = False) -> dict:
     """``{budget: {workload: {tuner: run}}}`` of the earlier invocation at ``path`` whose runs can be kept: same
-    settings (``RESUME_KEYS``), and each run's records store or best trace still there. Exits with one line when
-    the settings differ; nothing to keep when there is no such file."""
+    settings (``RESUME_KEYS``), and each run's records store or best trace still there; its protocol record goes
+    to ``result["earlier_runs"]``. Exits with one line when the settings differ, or when the earlier invocation
+    was invalid (forced on a busy machine) and this one is not forced; nothing to keep without such a file."""
     if not os.path.exists(path):
         return {}
     with open(path) as f:
@@ -211,6 +212,13 @@ def kept_runs(path: str, result: dict) -> dict:
             f"performance.py: --resume: {path} was made with other settings ({', '.join(differ)}); "
             "run without --resume to start again"
         )
+    protocol = earlier.get("protocol") or {}
+    if not protocol.get("valid") and not force:
+        sys.exit(
+            f"performance.py: --resume: the invocation that wrote {path} was not valid under the benchmark protocol "
+            "(forced, or its record is missing): its runs cannot go on a valid page; run without --resume"
+        )
+    result["earlier_runs"] = earlier.get("earlier_runs", []) + [protocol]
     out: dict = {}
     for budget, per_w in (earlier.get("runs") or {}).items():
         for wname, runs in per_w.items():
@@ -498,7 +506,12 @@ def main():
     result["peak"] = run_peak(args.out, threads)
     log(f"peak: {result['peak']}")
     partial = os.path.join(args.out, PARTIAL)
-    kept = kept_runs(partial, result) if args.resume else {}
+    if args.resume:
+        kept = kept_runs(partial, result, force=args.force)
+    else:  # a fresh run: an earlier invocation's runs must not be kept by a later --resume
+        kept = {}
+        if os.path.exists(partial):
+            os.remove(partial)
     result["resumed"] = []
     for budget in budgets:
         for n in names:
@@ -513,7 +526,7 @@ def main():
                 runs["workbench"] = _tuners.run_workbench(
                     n, target, budget, args.per_round, os.path.join(args.out, f"wb-{n}-{budget}.db")
                 )
-                save_partial(partial, result)
+                save_partial(partial, dict(result, protocol=protocol.summary()))
             log(f"  best {runs['workbench']['best_latency_ms']} ms, {runs['workbench']['wall_seconds']:.0f} s")
             configs = [("ms-fastbuild", True)] + ([("ms-stock", False)] if n in stock else [])
             for tuner, fast in configs:
@@ -532,7 +545,7 @@ def main():
                     args.ms_build_timeout,
                     os.path.join(args.out, f"{tuner}-{n}-{budget}"),
                 )
-                save_partial(partial, result)
+                save_partial(partial, dict(result, protocol=protocol.summary()))
                 log(
                     f"  best {runs[tuner]['best_latency_ms']} ms, {runs[tuner]['wall_seconds']:.0f} s, "
                     f"failed {runs[tuner]['failed']}"

@@ -221,13 +221,19 @@ def test_performance_resume_keeps_the_finished_runs_of_an_invocation_with_the_sa
         }
     }
     partial = str(tmp_path / performance.PARTIAL)
-    performance.save_partial(partial, dict(settings, runs=runs))
+    protocol = {"valid": True, "started": "2026-12-05 04:00:00", "git": {"commit": "abc"}}
+    performance.save_partial(partial, dict(settings, runs=runs, protocol=protocol))
     now = dict(settings, names=["GMM.2", "resnet18.conv5"])
     kept = performance.kept_runs(partial, now)
-    assert kept == {"64": {"GMM.2": runs["64"]["GMM.2"]}}
-    assert performance.kept_runs(str(tmp_path / "none.json"), now) == {}
+    assert kept == {"64": {"GMM.2": runs["64"]["GMM.2"]}} and now["earlier_runs"] == [protocol]
+    assert performance.kept_runs(str(tmp_path / "none.json"), dict(now)) == {}
     with pytest.raises(SystemExit, match="other settings \\(per_round, threads\\)"):
         performance.kept_runs(partial, dict(now, per_round=8, threads=1))
+    # an invocation forced on a busy machine: its runs go on a forced (invalid) page only
+    performance.save_partial(partial, dict(settings, runs=runs, protocol=dict(protocol, valid=False)))
+    with pytest.raises(SystemExit, match="not valid under the benchmark protocol"):
+        performance.kept_runs(partial, dict(now))
+    assert performance.kept_runs(partial, dict(now), force=True) == kept
 
 
 def test_per_workload_keeps_the_headline_figures_in_the_json():

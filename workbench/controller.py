@@ -89,8 +89,9 @@ class Decision:
 class ArmPolicy(Protocol):
     """How the auto mode ranks strategies after warm-up.
 
-    ``scores(arms, live)`` returns a finite score per live arm, higher is better; the
-    controller picks the highest (ties: the earlier strategy). ``reward(...)`` folds a
+    ``scores(arms, live)`` returns a score per live arm, higher is better: finite for an
+    arm that has had a round, +inf allowed for one that has not (try it first), never
+    NaN; the controller picks the highest (ties: the earlier strategy). ``reward(...)`` folds a
     finished round into ``arm`` (the controller has already updated its rounds,
     trials, best and prediction). ``prune(arms, live)`` names arms to drop now; it
     never names every live arm. ``snapshot()`` is the policy's own state beyond the

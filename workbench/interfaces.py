@@ -14,7 +14,7 @@ interface          implementations                                   chosen by
 ``SessionView``    ``TuningSession``, ``replay.ReplaySession``;      what ``widgets/`` is handed
                    read-only: ``widgets.sessions.StoredSession``
 ``ArmPolicy``      ``controller.POLICIES`` (in controller.py)        preset field ``controller_policy``
-``PruningRule``    ``pruning.RULES``                                 preset field ``prune``
+``PruningRule``    ``pruning.RULES``                                 preset field ``pruning``
 =================  ================================================  ===========================================
 
 They are ``typing.Protocol`` classes: an object with the members below conforms
