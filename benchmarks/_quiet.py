@@ -311,8 +311,9 @@ def probe_reading(threads: int, timeout: float = 300.0) -> dict:
 
 # The fastest probe reading seen on this machine, per thread count: the host at its best. Kept beside the
 # benchmark outputs (never committed: it belongs to one machine); absent on a new machine, where the first run's
-# readings set it.
-REFERENCE = os.path.join(HERE, "out", "probe_reference.json")
+# readings set it. $WORKBENCH_PROBE_REFERENCE names another file (the tests: a run of their own that neither
+# reads nor moves this machine's reference).
+REFERENCE = os.environ.get("WORKBENCH_PROBE_REFERENCE") or os.path.join(HERE, "out", "probe_reference.json")
 
 
 def _reference_ms(path: str | None, threads: int) -> float | None:
@@ -374,8 +375,9 @@ def git_state() -> dict:
 
 # With host_drift="record", how long a steady but slow host is waited out before the run goes on (an unsteady one
 # is waited for up to host_wait_s): the drift is recorded, not required, and a host that stays slow for hours made
-# every phase of a long run wait the whole host_wait_s for nothing.
-RECORD_DRIFT_WAIT_S = 30.0
+# every phase of a long run wait the whole host_wait_s for nothing. $WORKBENCH_RECORD_DRIFT_WAIT_S sets another
+# (a smoke run of a script, as the tests make, need not wait at all).
+RECORD_DRIFT_WAIT_S = float(os.environ.get("WORKBENCH_RECORD_DRIFT_WAIT_S") or 30.0)
 
 
 class Protocol:
