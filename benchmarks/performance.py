@@ -33,8 +33,8 @@ worker start-up makes it 4+ s per trial); 5 samples per kernel; profile at 64 tr
 ``full`` = 64 and 256 trials, all six workloads, both MetaSchedule configurations, 10 samples per kernel.
 
 Every finished tuner run is saved to ``OUT/performance.partial.json`` at once; ``--resume`` keeps those of an
-interrupted invocation with the same settings (mode, budgets, batch size, target, threads) and tunes only the rest;
-the page names the kept runs.
+interrupted invocation with the same settings (mode, budgets, batch size, target, threads, MetaSchedule build
+timeout) and tunes only the rest; the page names the kept runs.
 
 Writes ``docs/results/performance.md`` (+ ``performance.json``, ``performance_roofline.html``); raw tuner
 outputs (records stores, MetaSchedule work dirs) go to ``benchmarks/out/performance/``.
@@ -186,7 +186,7 @@ def conv_spec(w) -> dict | None:
 
 PARTIAL = "performance.partial.json"
 # what must match for an earlier invocation's tuner runs to be kept by --resume
-RESUME_KEYS = ("mode", "budgets", "per_round", "target", "threads")
+RESUME_KEYS = ("mode", "budgets", "per_round", "target", "threads", "ms_build_timeout")
 
 
 def save_partial(path: str, result: dict) -> None:
@@ -478,6 +478,8 @@ def main():
         "versions": tvm_env.library_versions(),
         "budgets": budgets,
         "per_round": args.per_round,
+        # a shorter limit fails MetaSchedule's slower builds, so its runs under another limit are not comparable
+        "ms_build_timeout": args.ms_build_timeout,
         "repeats": repeats,
         "names": names,
         "ms_stock_workloads": [w for w in stock if w in names],
