@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from workbench import presets
-from workbench.cost_model import COST_MODELS, PackSumXGB, PairwiseRankXGB, make_cost_model
+from workbench.cost_model import COST_MODELS, LambdaRankXGB, PackSumXGB, PairwiseRankXGB, make_cost_model
 from workbench.errors import WorkbenchError
 
 
@@ -113,6 +113,61 @@ def test_pairwise_objective_is_the_gradient_of_its_pair_loss():
     assert grad[seg == 5].tolist() == [0.0]  # a program in no pair gets no gradient
 
 
+def test_lambdarank_weights_each_pair_by_the_ndcg_change_of_swapping_it():
+    """LambdaMART's gradient, recomputed here pair by pair from its definition: for programs b better than w of one
+    workload, weight |y_b - y_w| * |1/log2(1 + rank_b) - 1/log2(1 + rank_w)| / IDCG (ranks in the current
+    scores' order), times RankNet's sigmoid(s_w - s_b)."""
+    rng = np.random.default_rng(5)
+    m = LambdaRankXGB(seed=0, warmup=1)
+    rows = [1, 2, 1, 3, 1, 2, 1]
+    lats = [1.0, 1.25, 5.0, 10.0, None, 2.0, 3.0]
+    groups = ["w", "w", "w", "w", "w", "v", "v"]
+    for r, lat, g in zip(rows, lats, groups):
+        m.add(np.ones((r, 2), np.float32), lat, g)
+    n, seg = len(rows), np.repeat(np.arange(len(rows)), rows)
+    y = m.labels()
+    obj, metric = m._objective(seg, n, y, m._group)
+    preds = rng.normal(size=len(seg))
+    grad, hess = obj(preds, None)
+    s = np.bincount(seg, weights=preds, minlength=n)
+    expected = np.zeros(n)
+    for g in set(groups):
+        idx = [i for i in range(n) if groups[i] == g]
+        rank = {i: r + 1 for r, i in enumerate(sorted(idx, key=lambda i: -s[i]))}
+        ideal = sorted((y[i] for i in idx), reverse=True)
+        idcg = sum(v / np.log2(r + 2) for r, v in enumerate(ideal))
+        for b in idx:
+            for w in idx:
+                if y[b] > y[w]:
+                    weight = abs(y[b] - y[w]) * abs(1 / np.log2(1 + rank[b]) - 1 / np.log2(1 + rank[w])) / idcg
+                    p = 1 / (1 + np.exp(s[b] - s[w]))
+                    expected[w] += weight * p
+                    expected[b] -= weight * p
+    assert grad == pytest.approx(expected[seg], abs=1e-9)  # every row of a program gets its program's gradient
+    assert np.all(hess > 0)
+    # the same pair gap counts more at the top of the ranking than at the bottom
+    top = abs(1 / np.log2(2) - 1 / np.log2(3))
+    bottom = abs(1 / np.log2(4) - 1 / np.log2(5))
+    assert top > 3 * bottom
+    assert metric(preds, None)[0] == "lambda-logloss" and metric(preds, None)[1] > 0
+
+
+def test_lambdarank_learns_the_order_of_the_fastest_programs():
+    rng = np.random.default_rng(1)
+    m = LambdaRankXGB(seed=0, max_rounds=200, early_stop=30, warmup=32, nthread=1)
+    progs = [_program(rng, rng.integers(1, 4)) for _ in range(300)]
+    for p in progs[:200]:
+        m.add(p, _cost(p) * 1e-3, "w")
+    assert m.train()
+    test = progs[200:]
+    pred = m.predict(test)
+    true_throughput = np.array([1 / _cost(p) for p in test])
+    assert pd.Series(pred).corr(pd.Series(true_throughput), method="spearman") > 0.7
+    # its top ten picks hold programs of the true top ten
+    assert len(set(np.argsort(-pred)[:10]) & set(np.argsort(-true_throughput)[:10])) >= 3
+    assert not m.calibrated
+
+
 def test_pairwise_model_learns_the_order_and_samples_pairs_when_there_are_many():
     rng = np.random.default_rng(0)
     m = PairwiseRankXGB(seed=0, max_rounds=300, early_stop=30, warmup=32, nthread=1)
@@ -134,8 +189,9 @@ def test_cost_model_is_chosen_by_name_from_the_preset():
     p = presets.get("quick", cost_model="pairwise-rank")
     m = make_cost_model(p.cost_model, 0, p, 1)
     assert isinstance(m, PairwiseRankXGB) and m.warmup == p.warmup_samples and m.max_rounds == p.xgb_max_rounds
-    assert type(make_cost_model(None, 0, p, 1)) is PackSumXGB and set(COST_MODELS) == {"pack-sum", "pairwise-rank"}
-    with pytest.raises(WorkbenchError, match="unknown cost model 'lgbm'; valid: pack-sum, pairwise-rank"):
+    assert type(make_cost_model(None, 0, p, 1)) is PackSumXGB
+    assert set(COST_MODELS) == {"pack-sum", "pairwise-rank", "lambdarank"}
+    with pytest.raises(WorkbenchError, match="unknown cost model 'lgbm'; valid: pack-sum, pairwise-rank, lambdarank"):
         presets.get("quick", cost_model="lgbm")
 
 
@@ -157,7 +213,7 @@ def _trained_on(cls, progs, group, **kw):
     return m
 
 
-@pytest.mark.parametrize("cls", [PackSumXGB, PairwiseRankXGB])
+@pytest.mark.parametrize("cls", list(COST_MODELS.values()), ids=list(COST_MODELS))
 def test_a_prior_ranks_a_new_workload_before_training_and_is_refined_after(cls, tmp_path, monkeypatch):
     from workbench import prior
 

@@ -117,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--cost-model",
         choices=sorted(COST_MODELS),
         default=None,
-        help="the learned cost model of a new session: pack-sum (Ansor's regression, the default) or "
-        "pairwise-rank (a pairwise ranking objective); a resumed session keeps its own",
+        help="the learned cost model of a new session: pack-sum (Ansor's regression, the default), "
+        "pairwise-rank (a pairwise ranking objective) or lambdarank (pairs weighted by their NDCG change, "
+        "LambdaMART); a resumed session keeps its own",
     )
     t.add_argument(
         "--prior",

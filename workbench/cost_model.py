@@ -1,6 +1,6 @@
 """The learned cost models: XGBoost on per-store features with Ansor's pack-sum objective (``PackSumXGB``,
-the default) or a pairwise ranking objective (``PairwiseRankXGB``); ``COST_MODELS`` names them for the
-preset field ``cost_model``.
+the default), a pairwise ranking objective (``PairwiseRankXGB``) or its NDCG-weighted form (``LambdaRankXGB``,
+LambdaMART); ``COST_MODELS`` names them for the preset field ``cost_model``.
 
 A program is a bag of statements (one feature row per buffer store, TVM's
 164-dim ``PerStoreFeature``). Its score is the *sum* of the per-row outputs; the
@@ -260,6 +260,50 @@ class PairwiseRankXGB(PackSumXGB):
         return obj, metric
 
 
+class LambdaRankXGB(PairwiseRankXGB):
+    """``PairwiseRankXGB`` with LambdaMART's weighting: each pair's gradient is scaled by how much swapping the two
+    programs in the current ranking would change its NDCG (gain: the normalised throughput ``y``; discount
+    1/log2(1 + rank) within the workload), so the fit spends its capacity on the top of each workload's ranking,
+    where the search picks what to measure, rather than on ordering slow programs among themselves."""
+
+    name = "lambdarank"
+
+    def _objective(self, seg: np.ndarray, n: int, y: np.ndarray, groups: list):
+        bi, wi = self._pairs(y, groups)
+        names = np.array(groups)
+        members = [np.flatnonzero(names == g) for g in dict.fromkeys(groups)]
+        # the ideal DCG of each program's workload: its programs sorted by y
+        idcg = np.zeros(n)
+        for idx in members:
+            ideal = np.sort(y[idx])[::-1]
+            idcg[idx] = float(np.sum(ideal / np.log2(np.arange(2, len(idx) + 2)))) or 1.0
+
+        def delta_ndcg(s: np.ndarray) -> np.ndarray:
+            discount = np.zeros(n)
+            for idx in members:
+                order = idx[np.argsort(-s[idx], kind="stable")]
+                discount[order] = 1.0 / np.log2(np.arange(2, len(idx) + 2))
+            return np.abs((y[bi] - y[wi]) * (discount[bi] - discount[wi])) / idcg[bi]
+
+        def obj(preds, _d):
+            s = _segment_sum(preds, seg, n)
+            w = delta_ndcg(s)
+            p = 0.5 * (1.0 - np.tanh(0.5 * (s[bi] - s[wi])))
+            grad = np.bincount(wi, weights=w * p, minlength=n) - np.bincount(bi, weights=w * p, minlength=n)
+            h = w * p * (1.0 - p)
+            hess = np.bincount(bi, weights=h, minlength=n) + np.bincount(wi, weights=h, minlength=n)
+            return grad[seg], np.maximum(hess, 1e-6)[seg]
+
+        def metric(preds, _d):
+            if not len(bi):
+                return "lambda-logloss", 0.0
+            s = _segment_sum(preds, seg, n)
+            w = delta_ndcg(s)
+            return "lambda-logloss", float(np.sum(w * np.logaddexp(0.0, s[wi] - s[bi])) / max(np.sum(w), 1e-12))
+
+        return obj, metric
+
+
 class PerStrategyModels(interfaces.CostModel):
     """One model per layout strategy instead of one shared by all (the AL-Ansor ablation "no shared model",
     preset ``shared_cost_model=False``): a program goes to the model of the strategy its features' one-hot
@@ -337,7 +381,7 @@ class PerStrategyModels(interfaces.CostModel):
         return total
 
 
-COST_MODELS = {m.name: m for m in (PackSumXGB, PairwiseRankXGB)}
+COST_MODELS = {m.name: m for m in (PackSumXGB, PairwiseRankXGB, LambdaRankXGB)}
 DEFAULT_COST_MODEL = PackSumXGB.name
 
 

@@ -74,7 +74,7 @@ class Preset:
     # One cost model shared by every strategy's search (AL-Ansor); False: one model per strategy, each
     # trained on its own strategy's programs only (the ablation; cost_model.PerStrategyModels).
     shared_cost_model: bool = True
-    # The cost model (cost_model.COST_MODELS): "pack-sum" regression (Ansor's) or "pairwise-rank".
+    # The cost model (cost_model.COST_MODELS): "pack-sum" regression (Ansor's), "pairwise-rank" or "lambdarank".
     cost_model: str = "pack-sum"
     # Start the cost model from the prior shipped for it (workbench.prior): it ranks the first rounds.
     prior: bool = False
