@@ -39,6 +39,11 @@ sys.path.insert(0, HERE)
 import _quiet  # noqa: E402
 
 FILES = ("ansor_suite.json", "subgraphs.json")
+# what a slow spell of the host does to the corpus, said beside its protocol record (cost_model.py's page)
+CORPUS_DRIFT_SCOPE = (
+    "the models learn each program's latency relative to the best of its own workload, all tuned within minutes in "
+    "one session, so a drift between workloads does not change the labels; one within a session does"
+)
 
 
 def workload_names(which: str) -> list[str]:
@@ -83,7 +88,7 @@ def main() -> int:
 
     names = workload_names(args.set)
     _quiet.set_thread_env(args.threads)
-    proto = _quiet.Protocol("corpus", args.threads, args.force, host_drift="record")
+    proto = _quiet.Protocol("corpus", args.threads, args.force, host_drift="record", drift_scope=CORPUS_DRIFT_SCOPE)
     proto.start()
     if not args.resume:
         remove_store(args.db)

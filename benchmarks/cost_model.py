@@ -74,6 +74,16 @@ def load_corpus(dbs: list[str]) -> dict:
     return corpus
 
 
+def corpus_protocol(db: str) -> dict | None:
+    """The benchmark protocol record ``corpus.py`` wrote beside the store (``<store>.protocol.json``: how and when
+    its programs were measured), or None for a store made otherwise."""
+    path = os.path.splitext(db)[0] + ".protocol.json"
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def pairwise_accuracy(pred: np.ndarray, lat: np.ndarray) -> float:
     """Fraction of pairs with different latencies that ``pred`` (higher = faster) orders correctly."""
     i, j = np.nonzero(lat[:, None] < lat[None, :])  # i faster than j
@@ -247,6 +257,18 @@ def write_report(res: dict, results: str) -> None:
         f"{len(res['workloads'])} workloads with at least 20; a program measured several times counts once, at "
         "its median latency). Definitions: `benchmarks/cost_model.py`'s docstring.",
         "",
+    ]
+    for db, proto in (res.get("corpus_protocols") or {}).items():
+        import _quiet
+        from corpus import CORPUS_DRIFT_SCOPE
+
+        if proto is None:
+            L += [f"How `{db}` was measured: no protocol record beside it (not a `corpus.py` store).", ""]
+            continue
+        how = f"`benchmarks/corpus.py --set {proto.get('set')} --trials {proto.get('trials')}`"
+        L += [f"How `{db}` was measured ({how}, {len(proto.get('workloads') or [])} workloads):", ""]
+        L += [_quiet.summary_markdown(dict(proto, drift_scope=proto.get("drift_scope") or CORPUS_DRIFT_SCOPE))]
+    L += [
         "**lowo**: trained on the other workloads, ranking a workload it has never seen (what a prior does on a "
         "new workload's first rounds). **split**: trained on a random 80 % of every workload, ranking the other "
         "20 % (Ansor's setting: 0.851 pairwise accuracy). Means over workloads.",
@@ -351,6 +373,7 @@ def main():
     res["pruning"] = evaluate_pruning(corpus, corpus_machine(args.db[0], args.cores), lowo_preds, models)
     res.update(
         dbs=list(args.db),
+        corpus_protocols={d: corpus_protocol(d) for d in args.db},
         command="python benchmarks/cost_model.py " + " ".join(sys.argv[1:]),
         git=_quiet.git_state(),
         date=time.strftime("%Y-%m-%d %H:%M"),

@@ -208,7 +208,14 @@ def test_performance_resume_keeps_the_finished_runs_of_an_invocation_with_the_sa
     db.write_text("")
     trace = tmp_path / "best_trace.json"
     trace.write_text("{}")
-    settings = {"mode": "quick", "budgets": [64], "per_round": 16, "target": "{}", "threads": 2}
+    settings = {
+        "mode": "quick",
+        "budgets": [64],
+        "per_round": 16,
+        "target": "{}",
+        "threads": 2,
+        "ms_build_timeout": 300.0,
+    }
     runs = {
         "64": {
             "GMM.2": {
@@ -229,6 +236,8 @@ def test_performance_resume_keeps_the_finished_runs_of_an_invocation_with_the_sa
     assert performance.kept_runs(str(tmp_path / "none.json"), dict(now)) == {}
     with pytest.raises(SystemExit, match="other settings \\(per_round, threads\\)"):
         performance.kept_runs(partial, dict(now, per_round=8, threads=1))
+    with pytest.raises(SystemExit, match="other settings \\(ms_build_timeout\\)"):
+        performance.kept_runs(partial, dict(now, ms_build_timeout=60.0))
     # an invocation forced on a busy machine: its runs go on a forced (invalid) page only
     performance.save_partial(partial, dict(settings, runs=runs, protocol=dict(protocol, valid=False)))
     with pytest.raises(SystemExit, match="not valid under the benchmark protocol"):
@@ -843,9 +852,35 @@ def test_cost_model_evaluation_from_stores_to_page(tmp_path):
         for setting in ("lowo", "split"):
             assert cm._mean(res["models"][name][setting], "pairwise") > 0.75, (name, setting)
     assert abs(cm._mean({w: v["random_lowo"] for w, v in res["workloads"].items()}, "pairwise") - 0.5) < 0.05
-    res.update(dbs=[db], command="python benchmarks/cost_model.py --db x", git={}, date="today", wall_s=3.0, seed=0)
+    # how the corpus was measured comes from the protocol record corpus.py writes beside its store
+    assert cm.corpus_protocol(db) is None
+    record = {
+        "valid": True,
+        "host_drift": "record",
+        "checks": [{"phase": "tuning wa", "quiet": True, "probe_ms": 0.41, "host_ok": True}],
+        "git": {"commit": "0123456789abcdef"},
+        "started": "2026-12-05 07:46:00",
+        "wall_s": 1400.0,
+        "set": "reduced",
+        "trials": 64,
+        "workloads": ["wa", "wb", "wc"],
+    }
+    with open(tmp_path / "corpus.protocol.json", "w") as f:
+        json.dump(record, f)
+    res.update(
+        dbs=[db],
+        corpus_protocols={db: cm.corpus_protocol(db), "other.db": None},
+        command="python benchmarks/cost_model.py --db x",
+        git={},
+        date="today",
+        wall_s=3.0,
+        seed=0,
+    )
     cm.write_report(res, str(tmp_path))
     md = open(tmp_path / "cost_model.md").read()
+    assert f"How `{db}` was measured (`benchmarks/corpus.py --set reduced --trials 64`, 3 workloads)" in md
+    assert "commit `0123456789ab`" in md and "relative to the best of its own workload" in md
+    assert "How `other.db` was measured: no protocol record beside it" in md
     assert "| pairwise-rank | lowo |" in md and "| random | split |" in md and "| wb | 60 |" in md
     assert "### Rule-based pruning" in md and "| none | 0.000 | 0.000 | 1.000 |" in md and "| all |" in md
     assert json.load(open(tmp_path / "cost_model.json"))["models"]["pack-sum"]["lowo"]["wa"]["n"] == 60
