@@ -46,6 +46,8 @@ VARIANTS = {
     "pairwise-rank + pruning": {"cost_model": "pairwise-rank", "deterministic": True, "pruning": "all"},
     "pack-sum + prior": {"cost_model": "pack-sum", "deterministic": True, "prior": True},
     "pairwise-rank + prior": {"cost_model": "pairwise-rank", "deterministic": True, "prior": True},
+    "lambdarank": {"cost_model": "lambdarank", "deterministic": True},
+    "lambdarank + prior": {"cost_model": "lambdarank", "deterministic": True, "prior": True},
     "pack-sum on all cores": {"cost_model": "pack-sum", "deterministic": False},
 }
 BASELINE = "pack-sum"
