@@ -258,10 +258,10 @@ def write_report(res: dict, results: str) -> None:
         "its median latency). Definitions: `benchmarks/cost_model.py`'s docstring.",
         "",
     ]
-    for db, proto in (res.get("corpus_protocols") or {}).items():
-        import _quiet
-        from corpus import CORPUS_DRIFT_SCOPE
+    import _quiet
+    from corpus import CORPUS_DRIFT_SCOPE
 
+    for db, proto in (res.get("corpus_protocols") or {}).items():
         if proto is None:
             L += [f"How `{db}` was measured: no protocol record beside it (not a `corpus.py` store).", ""]
             continue
