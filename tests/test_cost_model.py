@@ -145,10 +145,6 @@ def test_lambdarank_weights_each_pair_by_the_ndcg_change_of_swapping_it():
                     expected[b] -= weight * p
     assert grad == pytest.approx(expected[seg], abs=1e-9)  # every row of a program gets its program's gradient
     assert np.all(hess > 0)
-    # the same pair gap counts more at the top of the ranking than at the bottom
-    top = abs(1 / np.log2(2) - 1 / np.log2(3))
-    bottom = abs(1 / np.log2(4) - 1 / np.log2(5))
-    assert top > 3 * bottom
     assert metric(preds, None)[0] == "lambda-logloss" and metric(preds, None)[1] > 0
 
 

@@ -216,6 +216,7 @@ class PairwiseRankXGB(PackSumXGB):
     scale does not (``calibrated`` is False, so the controller does not compare arms by mean score)."""
 
     name = "pairwise-rank"
+    METRIC = "pair-logloss"
     calibrated = False
     max_pairs = 200_000
     # Shallower, more regularised trees than pack-sum's: a program's hessian sums over all its pairs, and with
@@ -240,22 +241,30 @@ class PairwiseRankXGB(PackSumXGB):
             return np.zeros(0, int), np.zeros(0, int)
         return np.concatenate(better), np.concatenate(worse)
 
+    def _pair_weights(self, n: int, y: np.ndarray, groups: list, bi: np.ndarray, wi: np.ndarray):
+        """The training pairs' weights as a function of the programs' current scores: here every pair counts 1."""
+        ones = np.ones(len(bi))
+        return lambda s: ones
+
     def _objective(self, seg: np.ndarray, n: int, y: np.ndarray, groups: list):
         bi, wi = self._pairs(y, groups)
+        weights = self._pair_weights(n, y, groups, bi, wi)
 
         def obj(preds, _d):
             s = _segment_sum(preds, seg, n)
+            w = weights(s)
             p = 0.5 * (1.0 - np.tanh(0.5 * (s[bi] - s[wi])))  # sigmoid(s_j - s_i) = -dL/d(s_i - s_j), no overflow
-            grad = np.bincount(wi, weights=p, minlength=n) - np.bincount(bi, weights=p, minlength=n)
-            h = p * (1.0 - p)
+            grad = np.bincount(wi, weights=w * p, minlength=n) - np.bincount(bi, weights=w * p, minlength=n)
+            h = w * p * (1.0 - p)
             hess = np.bincount(bi, weights=h, minlength=n) + np.bincount(wi, weights=h, minlength=n)
             return grad[seg], np.maximum(hess, 1e-6)[seg]
 
         def metric(preds, _d):
             if not len(bi):
-                return "pair-logloss", 0.0
+                return self.METRIC, 0.0
             s = _segment_sum(preds, seg, n)
-            return "pair-logloss", float(np.mean(np.logaddexp(0.0, s[wi] - s[bi])))
+            w = weights(s)
+            return self.METRIC, float(np.sum(w * np.logaddexp(0.0, s[wi] - s[bi])) / max(np.sum(w), 1e-12))
 
         return obj, metric
 
@@ -267,9 +276,9 @@ class LambdaRankXGB(PairwiseRankXGB):
     where the search picks what to measure, rather than on ordering slow programs among themselves."""
 
     name = "lambdarank"
+    METRIC = "lambda-logloss"
 
-    def _objective(self, seg: np.ndarray, n: int, y: np.ndarray, groups: list):
-        bi, wi = self._pairs(y, groups)
+    def _pair_weights(self, n: int, y: np.ndarray, groups: list, bi: np.ndarray, wi: np.ndarray):
         names = np.array(groups)
         members = [np.flatnonzero(names == g) for g in dict.fromkeys(groups)]
         # the ideal DCG of each program's workload: its programs sorted by y
@@ -285,23 +294,7 @@ class LambdaRankXGB(PairwiseRankXGB):
                 discount[order] = 1.0 / np.log2(np.arange(2, len(idx) + 2))
             return np.abs((y[bi] - y[wi]) * (discount[bi] - discount[wi])) / idcg[bi]
 
-        def obj(preds, _d):
-            s = _segment_sum(preds, seg, n)
-            w = delta_ndcg(s)
-            p = 0.5 * (1.0 - np.tanh(0.5 * (s[bi] - s[wi])))
-            grad = np.bincount(wi, weights=w * p, minlength=n) - np.bincount(bi, weights=w * p, minlength=n)
-            h = w * p * (1.0 - p)
-            hess = np.bincount(bi, weights=h, minlength=n) + np.bincount(wi, weights=h, minlength=n)
-            return grad[seg], np.maximum(hess, 1e-6)[seg]
-
-        def metric(preds, _d):
-            if not len(bi):
-                return "lambda-logloss", 0.0
-            s = _segment_sum(preds, seg, n)
-            w = delta_ndcg(s)
-            return "lambda-logloss", float(np.sum(w * np.logaddexp(0.0, s[wi] - s[bi])) / max(np.sum(w), 1e-12))
-
-        return obj, metric
+        return delta_ndcg
 
 
 class PerStrategyModels(interfaces.CostModel):
