@@ -150,11 +150,8 @@ def test_lambdarank_weights_each_pair_by_the_ndcg_change_of_swapping_it():
 
 def test_lambdarank_learns_the_order_of_the_fastest_programs():
     rng = np.random.default_rng(1)
-    m = LambdaRankXGB(seed=0, max_rounds=200, early_stop=30, warmup=32, nthread=1)
     progs = [_program(rng, rng.integers(1, 4)) for _ in range(300)]
-    for p in progs[:200]:
-        m.add(p, _cost(p) * 1e-3, "w")
-    assert m.train()
+    m = _trained_on(LambdaRankXGB, progs[:200], "w")
     test = progs[200:]
     pred = m.predict(test)
     true_throughput = np.array([1 / _cost(p) for p in test])
