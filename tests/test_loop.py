@@ -276,3 +276,71 @@ def test_learn_feeds_failures_as_failures_and_tells_the_controller_the_top_predi
 def test_timing_latency_is_the_median_in_ms_and_none_on_error():
     assert loop.Timing([1e-3, 3e-3, 2e-3], None, None).latency_ms == pytest.approx(2.0)
     assert loop.Timing([], "run-crash", "boom").latency_ms is None
+
+
+# ---------------------------------------------------------------- propose
+
+
+class _Candidate:
+    def __init__(self, name):
+        self.sch = type("Sch", (), {"mod": name})()
+
+
+class _Context:
+    """An evolutionary search that returns the same programs every time, and counts its searches."""
+
+    def __init__(self, names):
+        self.names, self.searches = names, 0
+
+    def generate_measure_candidates(self):
+        self.searches += 1
+        return [_Candidate(n) for n in self.names]
+
+
+@pytest.fixture
+def propose_on_names(monkeypatch):
+    """Propose over a fake search whose programs are their own hashes (no TVM objects needed)."""
+    import tvm.s_tir.transform as tr
+
+    monkeypatch.setattr(loop, "program_hash", lambda mod: mod)
+    monkeypatch.setattr(tr, "RemoveWeightLayoutRewriteBlock", lambda **kw: (lambda mod: mod))
+
+    def make(names, eps=0.0, state=None):
+        ctx = _Context(names)
+        return loop.Propose({"s": ctx}, state or loop.SearchState(), eps), ctx
+
+    return make
+
+
+def test_a_search_returns_a_spare_share_so_a_round_rarely_comes_up_short():
+    assert loop.search_batch(16) == 24 and loop.search_batch(64) == 96 and loop.search_batch(2) == 6
+
+
+def test_propose_fills_a_round_from_the_spare_programs_with_one_search(propose_on_names):
+    names = [f"p{i}" for i in range(24)]
+    state = loop.SearchState(measured_hashes={"p0", "p3"}, seed_copies={"p1"})
+    propose, ctx = propose_on_names(names, state=state)
+    got = [p.mod_hash for p in propose("s", 16, exclude={"p5"})]
+    assert got == ["p2", "p4"] + [f"p{i}" for i in range(6, 20)]  # in the search's order, 16 of them
+    assert ctx.searches == 1
+
+
+def test_propose_keeps_eps_greedys_share_of_random_picks_from_the_searchs_tail(propose_on_names):
+    # 24 returned with eps 0.25: the model's picks are p0-p17, the random ones p18-p23; a round of 8 takes 2 of those
+    propose, _ = propose_on_names([f"p{i}" for i in range(24)], eps=0.25)
+    assert [p.mod_hash for p in propose("s", 8)] == ["p0", "p1", "p2", "p3", "p4", "p5", "p18", "p19"]
+    # the random tail all measured: the model's picks fill in
+    state = loop.SearchState(measured_hashes={f"p{i}" for i in range(18, 24)})
+    propose, _ = propose_on_names([f"p{i}" for i in range(24)], eps=0.25, state=state)
+    assert [p.mod_hash for p in propose("s", 8)] == [f"p{i}" for i in range(8)]
+    # few model picks left: the random ones fill in
+    state = loop.SearchState(measured_hashes={f"p{i}" for i in range(16)})
+    propose, _ = propose_on_names([f"p{i}" for i in range(24)], eps=0.25, state=state)
+    assert [p.mod_hash for p in propose("s", 6)] == ["p16", "p17", "p18", "p19", "p20", "p21"]
+
+
+def test_propose_measures_seeded_copies_only_when_the_search_has_nothing_else(propose_on_names):
+    state = loop.SearchState(measured_hashes={"p0"}, seed_copies={"p1", "p2"})
+    propose, ctx = propose_on_names(["p0", "p1", "p2", "p1"], state=state)
+    assert [p.mod_hash for p in propose("s", 4)] == ["p1", "p2"]
+    assert ctx.searches == loop.Propose.ATTEMPTS  # it tried again for new programs first

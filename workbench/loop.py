@@ -220,48 +220,70 @@ def paired_measurements(records, round_strategy: dict) -> list[PairedMeasurement
     return out
 
 
+def search_batch(per_round: int) -> int:
+    """How many programs one evolutionary search returns for rounds of ``per_round``: a spare share on top,
+    so that the ones that cannot be measured (measured or in flight already, pruned, or another strategy's
+    program seeded as is) rarely leave a round short; a short round would pay a second whole search for the
+    few it lacks."""
+    return per_round + max(4, per_round // 2)
+
+
 class Propose:
-    """Up to n programs never measured before, from a strategy's evolutionary search."""
+    """Up to n programs never measured before, from a strategy's evolutionary search.
+
+    The search returns ``search_batch(n)`` programs: the model's picks best first, then its eps-greedy random
+    picks (TVM's ``EvolutionarySearch`` puts those last). A round takes the model's picks in their order and
+    keeps the random share eps-greedy gives a round of n, so the spare programs change which of the model's
+    picks fill in, never how much of the round explores."""
 
     ATTEMPTS = 3  # a search round can return only already-measured programs; retry a little
 
-    def __init__(self, contexts: dict, state: SearchState):
-        self.contexts, self.state = contexts, state
+    def __init__(self, contexts: dict, state: SearchState, eps_greedy: float = 0.0):
+        self.contexts, self.state, self.eps_greedy = contexts, state, eps_greedy
 
     def __call__(self, strategy: str, n: int, exclude=frozenset()) -> list[Proposal]:
         """``exclude``: hashes of programs in flight (built, not measured yet), not to be proposed again."""
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
         ctx, st = self.contexts[strategy], self.state
-        out, copies = [], []
+        taken, copies = [], []
+        seen = set(exclude)
         for _ in range(self.ATTEMPTS):
             cands = ctx.generate_measure_candidates()
             if not cands:
                 break
-            for c in cands:
+            fresh = []  # (position, candidate, hash): new programs, in the search's order
+            for i, c in enumerate(cands):
                 h = program_hash(c.sch.mod)
-                if (
-                    h in st.measured_hashes
-                    or h in st.pruned_hashes
-                    or h in exclude
-                    or any(h == o[1] for o in out + copies)
-                ):
+                if h in st.measured_hashes or h in st.pruned_hashes or h in seen:
                     continue
+                seen.add(h)
                 if h in st.seed_copies:
                     # Another strategy's program replayed as is: the model ranks these seeds high, and
                     # measuring them would spend a large share of an adaptive session's trials on copies.
                     # They steer the search; only its new programs are measured, unless it has no other.
                     copies.append((c, h))
                     continue
-                out.append((c, h))
-                if len(out) >= n:
-                    break
-            if len(out) >= n or out:
+                fresh.append((i, c, h))
+            taken += self._pick(fresh, len(cands), n - len(taken))
+            if taken:
                 break
-        if not out:
-            out = copies[:n]
+        out = [(c, h) for _i, c, h in taken] or copies[:n]
         strip = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)
         return [Proposal(c, h, strip(c.sch.mod)) for c, h in out]
+
+    def _pick(self, fresh: list, returned: int, n: int) -> list:
+        """n of the ``fresh`` (position, candidate, hash) of a search that returned ``returned`` programs: the
+        model's picks first, with eps-greedy's share of n from the random tail; either side fills in for the
+        other when short."""
+        first_random = returned - int(returned * self.eps_greedy)
+        picks = [f for f in fresh if f[0] < first_random]
+        randoms = [f for f in fresh if f[0] >= first_random]
+        n_random = min(int(n * self.eps_greedy), len(randoms))
+        chosen = picks[: n - n_random] + randoms[:n_random]
+        rest = picks[n - n_random :] + randoms[n_random:]
+        chosen += rest[: n - len(chosen)]
+        return sorted(chosen, key=lambda f: f[0])[:n]
 
 
 class Predict:

@@ -409,7 +409,7 @@ class TuningSession(SessionLifecycle):
             db = ms.database.MemoryDatabase()
             ctx.pre_tuning(
                 max_trials=1 << 30,
-                num_trials_per_iter=p.trials_per_round,
+                num_trials_per_iter=loop.search_batch(p.trials_per_round),
                 design_spaces=ctx.generate_design_space(),
                 database=db,
                 cost_model=self.search_model,
@@ -446,7 +446,7 @@ class TuningSession(SessionLifecycle):
         st, w = self.state, self.workload
         self.cross_seed = loop.CrossSeed(w, self.target, self.preset, self.contexts, self.search_dbs, st)
         self.pair = loop.PairLayouts(w, self.contexts, st)
-        self.propose = loop.Propose(self.contexts, st)
+        self.propose = loop.Propose(self.contexts, st, self.preset.eps_greedy)
         self.predict = loop.Predict(self.contexts, self.featurizer, self.model, st, self.pruner)
         self.build = loop.Build(self.builder)
         self.measure_step = loop.Measure(self.noise)
