@@ -63,7 +63,11 @@ def kernels(pools):
 
 # ---------------------------------------------------------------- Builder
 
-BUILDERS = {"local": lambda: measure.make_builder(TARGET, PRESET, workers=1)}
+BUILDERS = {
+    # a shared library for the local runner, a tar for RPC servers (measure.artifact_for)
+    "local-so": lambda: measure.make_builder(TARGET, PRESET, workers=1),
+    "local-tar": lambda: measure.make_builder(TARGET, PRESET, workers=1, runner_spec="rpc://host:9190/key"),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDERS))
@@ -149,6 +153,22 @@ def test_runner_times_in_seconds(runner, kernels):
     assert r.latency_ms == float(np.median(r.run_secs)) * 1e3
     # Two million dependent iterations take well over 0.1 ms, and a timing cannot outlast the call that took it.
     assert 0.1 < r.latency_ms < wall * 1e3, (r.latency_ms, wall)
+
+
+@pytest.mark.parametrize("artifact", sorted(BUILDERS))
+def test_runner_loads_every_artifact_a_builder_makes(runner, artifact):
+    b = BUILDERS[artifact]()
+    try:
+        good, *_rest, shapes = bad_modules()
+        [built] = b.build([good])
+        assert built.path.endswith("." + b.artifact), built
+        r = runner.run(built.path, shapes, number=1, repeat=2, min_repeat_ms=0)
+        assert r.error_class is None and len(r.run_secs) == 2, r
+        x = np.linspace(-1, 1, 16, dtype="float32")
+        out, cls, msg = runner.compute(built.path, [x], (16,))
+        assert cls is None and np.allclose(out, 2 * x), msg
+    finally:
+        b.close()
 
 
 def test_runner_computes_the_kernels_output(runner, kernels):

@@ -5,7 +5,11 @@ and each new worker pays TVM's import (plus, by default, every tensor
 intrinsic: 16 s or more). Here the pools live as long as the session:
 
 * ``Builder``: ``max_workers`` processes compile candidates in parallel
-  (``tvm.tirx.build`` + export to a tar), each build under a timeout.
+  (``tvm.tirx.build`` + export), each build under a timeout. The artifact is a
+  shared library for a runner on this machine (linked in the builder's workers, so
+  the runner's ``load_module`` is a ``dlopen``: ~30 ms less per candidate than a tar,
+  which it would link itself, between timings), a tar of object files for one on
+  another machine (linked there, for its own system).
 * ``Runner``: one process times kernels with TVM's ``time_evaluator``; a
   timed-out or crashed kernel kills only that worker, which is restarted.
 
@@ -58,6 +62,7 @@ __all__ = [
     "Runner",
     "WorkerProcess",
     "arg_types",
+    "artifact_for",
     "fixed_arguments",
     "make_builder",
     "make_runner",
@@ -89,7 +94,16 @@ def _ready() -> bool:
 ARGS_FILE = "args.json"  # beside each built kernel: [[shape, dtype], ...] of its arguments, the output last
 
 
-def _build_in_worker(mod_json: str, target: dict, out_dir: str) -> str:
+ARTIFACTS = ("tar", "so")  # a tar of object files (linked where it is loaded), or a shared library
+
+
+def artifact_for(runner_spec) -> str:
+    """The artifact a runner spec (as ``make_runner`` takes it) loads best: a shared library for the local
+    runner, a tar for RPC servers or any other runner (a tar loads everywhere TVM can link)."""
+    return "so" if runner_spec is None or runner_spec == "local" else "tar"
+
+
+def _build_in_worker(mod_json: str, target: dict, out_dir: str, artifact: str = "tar") -> str:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -98,7 +112,7 @@ def _build_in_worker(mod_json: str, target: dict, out_dir: str) -> str:
     tvm_env.setup()
     mod = tvm.ir.load_json(mod_json)
     rt = tvm.tirx.build(mod, target=tvm.target.Target(target))
-    path = os.path.join(tempfile.mkdtemp(dir=out_dir), "kernel.tar")
+    path = os.path.join(tempfile.mkdtemp(dir=out_dir), f"kernel.{artifact}")
     rt.export_library(path)
     args = [[[int(d) for d in a.shape], str(a.dtype)] for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
     with open(os.path.join(os.path.dirname(path), ARGS_FILE), "w") as f:
@@ -252,11 +266,14 @@ class WorkerProcess:
 
 
 class Builder(interfaces.Builder):
-    def __init__(self, target: dict, workers: int = 2, timeout: float = 60.0):
+    def __init__(self, target: dict, workers: int = 2, timeout: float = 60.0, artifact: str = "tar"):
         import tvm
 
+        if artifact not in ARTIFACTS:
+            raise ValueError(f"artifact must be one of {ARTIFACTS}, got {artifact!r}")
         self.target = target
         self.timeout = timeout
+        self.artifact = artifact
         self.dir = tempfile.mkdtemp(prefix="workbench-build-")
         self._pool = _pool(workers, timeout)
         self._save_json = tvm.ir.save_json
@@ -264,7 +281,9 @@ class Builder(interfaces.Builder):
         self._warm = [self._pool.submit(_ready) for _ in range(workers)]
 
     def build(self, mods: list) -> list[BuildResult]:
-        futs = [self._pool.submit(_build_in_worker, self._save_json(m), self.target, self.dir) for m in mods]
+        futs = [
+            self._pool.submit(_build_in_worker, self._save_json(m), self.target, self.dir, self.artifact) for m in mods
+        ]
         out = []
         for f in futs:
             try:
@@ -332,12 +351,18 @@ class Runner(interfaces.Runner):
         self._worker.close()
 
 
-def make_builder(target: dict, preset, workers: int | None = None) -> Builder:
+def make_builder(target: dict, preset, workers: int | None = None, runner_spec="local") -> Builder:
     """The builder pool for ``target`` (a ``tvm_env.parse_target`` dict) under a ``presets.Preset``:
-    ``workers`` processes (default: 2, or 1 on a 1-core machine), the preset's build timeout."""
+    ``workers`` processes (default: 2, or 1 on a 1-core machine), the preset's build timeout, and the artifact
+    the runner ``runner_spec`` (as ``make_runner`` takes it) loads (``artifact_for``)."""
     from . import tvm_env
 
-    return Builder(target, workers=workers or min(2, tvm_env.available_cores()), timeout=preset.build_timeout)
+    return Builder(
+        target,
+        workers=workers or min(2, tvm_env.available_cores()),
+        timeout=preset.build_timeout,
+        artifact=artifact_for(runner_spec),
+    )
 
 
 def make_runner(spec, target: dict, preset, on_health=None) -> interfaces.Runner:

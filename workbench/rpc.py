@@ -123,7 +123,8 @@ def _remote_call(url, port, matchkey, session_timeout, mode, path, data, number,
     try:
         sess = rpc.connect(url, port, matchkey, session_timeout=session_timeout)
         phase = "upload"
-        name = os.path.basename(os.path.dirname(path)) + ".tar"
+        # the artifact's own kind: a tar is linked on the server; a shared library loads as it is (same system)
+        name = os.path.basename(os.path.dirname(path)) + os.path.splitext(path)[1]
         sess.upload(path, name)
         phase = "load"  # the server has the file: from here, a failure is the kernel's or the data's, not the link's
         mod = sess.load_module(name)

@@ -369,7 +369,9 @@ class TuningSession(SessionLifecycle):
         )
         self.pruner = pruning.Pruner(p.pruning, pruning.Machine.of_target(self.target))
         self.search_model = cm.search_cost_model(self.model, self.featurizer, self._strategy_of_ctx, self.pruner)
-        self.builder = self._shared_builder or measure.make_builder(self.target_dict, p, workers=self.builder_workers)
+        self.builder = self._shared_builder or measure.make_builder(
+            self.target_dict, p, workers=self.builder_workers, runner_spec=self.runner_spec
+        )
         # RPC server health arrives on this (the tuning) thread, so it is stored and emitted like any event.
         self.runner = measure.make_runner(
             self.runner_spec, self.target_dict, p, on_health=lambda d: self._emit(ev.RunnerHealth.from_data(d))

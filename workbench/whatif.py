@@ -163,7 +163,7 @@ def reopened(session):
     p, w = session.preset, session.workload
     builder = runner = guard = None
     try:
-        builder = measure.make_builder(session.target_dict, p, workers=1)
+        builder = measure.make_builder(session.target_dict, p, workers=1, runner_spec=session.runner_spec)
         runner = measure.make_runner(
             session.runner_spec, session.target_dict, p, on_health=lambda d: session._emit(ev.RunnerHealth.from_data(d))
         )
