@@ -85,7 +85,7 @@ $(TORCH_VENV)/.installed:
 
 torch-env: $(TORCH_VENV)/.installed
 
-bench: $(STAMP) torch-env      # quick mode: < 30 min on 2 cores
+bench: $(STAMP) torch-env      # quick mode: < 1 h on 2 cores
 	$(BIN)/python benchmarks/performance.py --mode quick
 
 bench-full: $(STAMP) torch-env # 64 and 256 trials, every workload, both MetaSchedule configurations: hours

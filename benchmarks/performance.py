@@ -1,7 +1,7 @@
 """Performance against the peers: the workbench vs TVM MetaSchedule, vendor libraries and the machine's peak.
 
-    python benchmarks/performance.py --mode quick     # `make bench`: under 30 minutes on 2 cores
-    python benchmarks/performance.py --mode full      # `make bench-full`: about 4 hours on 2 cores (estimated
+    python benchmarks/performance.py --mode quick     # `make bench`: under an hour on 2 cores
+    python benchmarks/performance.py --mode full      # `make bench-full`: about 5 hours on 2 cores (estimated
                                                       # from the quick run's per-trial rates; not run yet)
 
 What it runs (all with the same llvm target, ``mcpu`` and ``num-cores`` included, and the same thread count):
@@ -28,9 +28,9 @@ phase (the peak, each tuner run, each library's timing, each profile; status 3 a
 is busy, ``--force`` marks the result invalid), the probe before and after the run, all thread pools sized
 to ``--threads``; a peak below an achieved figure is reported as a problem, not published.
 
-Modes: ``quick`` = 64 trials; workbench and ms-fastbuild on all six workloads; ms-stock on one (its per-batch
+Modes: ``quick`` = 64 trials; workbench and ms-fastbuild on all eight workloads; ms-stock on one (its per-batch
 worker start-up makes it 4+ s per trial); 5 samples per kernel; profile at 64 trials.
-``full`` = 64 and 256 trials, all six workloads, both MetaSchedule configurations, 10 samples per kernel.
+``full`` = 64 and 256 trials, all eight workloads, both MetaSchedule configurations, 10 samples per kernel.
 
 Every finished tuner run is saved to ``OUT/performance.partial.json`` at once; ``--resume`` keeps those of an
 interrupted invocation with the same settings (mode, budgets, batch size, target, threads, MetaSchedule build
@@ -60,7 +60,9 @@ import _quiet  # noqa: E402
 import _report  # noqa: E402
 import _tuners  # noqa: E402
 
-# GMM 512^3; ResNet-18 3x3 convs at 56x56x64, 28x28x128, 14x14x256; a depthwise and a 1x1 conv.
+# GMM 512^3; ResNet-18 3x3 convs at 56x56x64, 28x28x128, 14x14x256; a depthwise and a 1x1 conv; and the two
+# shapes the tuning-speed targets name beyond these: VGG-16's 3x3 conv at 14x14x512 (NCHW) and BERT's FFN matmul
+# (128x3072x768 with its bias: no vendor row, a vendor computes no epilogue).
 WORKLOADS = [
     "GMM.2",
     "resnet18.conv2",
@@ -68,6 +70,8 @@ WORKLOADS = [
     "resnet18.conv8",
     "mobilenet_v2.dw144_56_s1",
     "resnet50.conv2",
+    "vgg16.conv5_1",
+    "bert.ffn1",
 ]
 MODES = {
     "quick": {"budgets": [64], "ms_stock": ["resnet50.conv2"], "repeats": 5, "profile_trials": 64},
@@ -366,7 +370,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=sorted(MODES), default="quick")
     ap.add_argument("--trials", type=int, nargs="*", help="override the mode's budgets (e.g. 8 for a smoke test)")
-    ap.add_argument("--workloads", help="comma-separated subset (default: all six)")
+    ap.add_argument("--workloads", help="comma-separated subset (default: all eight)")
     ap.add_argument("--ms-stock", help="comma-separated workloads for ms-stock (default: the mode's)")
     ap.add_argument("--repeats", type=int)
     ap.add_argument(
