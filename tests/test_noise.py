@@ -488,3 +488,40 @@ def test_preset_fields_from_the_environment_for_named_presets_only(monkeypatch):
     monkeypatch.setenv("WORKBENCH_PRESET_OVERRIDES", '{"confirm_rounds": -1}')  # the values are checked as given
     with pytest.raises(WorkbenchError, match="confirm_rounds"):
         get_preset("quick")
+
+
+class _SteadyAfterScript(_ProbeRunner):
+    """A probe runner whose last scripted latency repeats for ever (a slow spell that does not end)."""
+
+    def run(self, path, shapes, repeat=None, timeout=None):
+        if len(self.script) == 1:
+            self.script.append(self.script[0])
+        return super().run(path, shapes, repeat=repeat, timeout=timeout)
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["slow host, machine quiet", "other processes busy"])
+def test_a_wait_for_a_slow_host_is_shorter_than_one_for_local_load(monkeypatch, busy):
+    # A slow host with nothing busy here is waited out for max_drift_wait_s only; local load, which a user can
+    # end, for max_wait_s.
+    cores = 1.0 if busy else 0.0
+
+    def load(seconds=0.25, exclude=None, top=3):
+        time.sleep(0.02)
+        return {"other_cores": cores, "processes": [], "seconds": 0.02}
+
+    monkeypatch.setattr(noise, "machine_load", load)
+    said = []
+    policy = noise.NoisePolicy(mode="wait", quiet_seconds=0.02, max_wait_s=1.5, max_drift_wait_s=0.3)
+    guard = noise.NoiseGuard(policy, _SteadyAfterScript([0.5] * 6 + [0.8]), _ProbeBuilder(), said.append)
+    monkeypatch.setattr(noise, "machine_load", lambda *a, **k: {"other_cores": 0.0, "processes": [], "seconds": 0})
+    guard.start()  # a quiet start: the baseline is 0.5 ms
+    monkeypatch.setattr(noise, "machine_load", load)
+    t0 = time.monotonic()
+    assert guard.check_probe("before round") is True  # the wait gave up: the round's timings are suspect
+    waited = time.monotonic() - t0
+    [end] = [p for p in said if p.KIND == "measurement_noise" and p.state in ("quiet", "gave-up")]
+    assert end.state == "gave-up" and guard.marking_only
+    if busy:
+        assert 1.5 <= end.waited_s and waited < 10
+    else:
+        assert 0.3 <= end.waited_s < 1.5 and waited < 1.5
