@@ -320,12 +320,23 @@ def markdown(result: dict, derived: dict, analysis: str = "", plot_name: str | N
                     else None
                 )
                 wbt_txt = "–" if t == "workbench" else (_fmt(wbt, ".1f") if wbt is not None else "not reached")
+                wall = f"{r['wall_seconds']:.1f}"
+                if r.get("noise_waited_s"):
+                    wall += f" ({r['noise_waited_s']:.1f} waiting)"
                 L.append(
-                    f"| {w['name']} | {t} | {r['measured']} | {errs} | {r['wall_seconds']:.1f} | "
+                    f"| {w['name']} | {t} | {r['measured']} | {errs} | {wall} | "
                     f"{r['ok'] / r['wall_seconds']:.3f} | {_fmt(r['best_latency_ms'])} | {_fmt(own, '.1f')} | "
                     f"{wbt_txt} |"
                 )
-        L.append("")
+        L += [
+            "",
+            "A workbench wall time includes its waits for a quiet machine (in brackets when there were any): its "
+            "default noise mode `wait` holds the timing while the calibration probe reads the host more than 15 % "
+            "slower than the session's baseline or other processes take more than a quarter of a core, for up to 30 s, "
+            "then goes on and "
+            "marks what it timed noisy ([measurement.md](../measurement.md)). MetaSchedule never waits.",
+            "",
+        ]
     ver = result.get("verification", {})
     bad = [k for k, v in ver.items() if not v["verified"]]
     L += [
