@@ -236,16 +236,41 @@ def test_a_padded_weight_rewrite_keeps_every_weight_in_place():
     index map says and leaves zeros in the padding (TVM's map_tensor refuses padded maps)."""
     from tvm.tirx import IndexMap
 
-    from workbench.layouts import _map_padded
+    from workbench.layouts import map_weights
 
     w = np.arange(1, 2001, dtype=np.float32).reshape(1000, 2)
     imap = IndexMap.from_func(lambda n, k: (n // 16, k, n % 16), index_dtype="int32")
     shape = tuple(int(d) for d in imap.map_shape(list(w.shape)))
-    out = _map_padded(imap, w, shape)
+    out = map_weights(imap, w, shape)
     assert shape == (63, 2, 16) and out.dtype == w.dtype
     n, k = np.indices(w.shape)
     assert np.array_equal(out[n // 16, k, n % 16], w)
     assert out.sum() == w.sum() and np.count_nonzero(out) == w.size
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "bfloat16"])
+def test_weights_rewritten_in_numpy_are_what_tvms_map_tensor_gives(dtype):
+    """The offline rewrite evaluates the index map over the whole grid in NumPy; on maps that do not pad it must
+    give exactly TVM's element-by-element ``IndexMap.map_tensor``: a conv's OIHW blocked by 16 output channels
+    with the reduction split, and a matmul's transposed-and-blocked weight."""
+    import tvm
+    from tvm.tirx import IndexMap
+
+    from workbench import dtypes
+    from workbench.layouts import map_weights
+
+    rng = np.random.default_rng(0)
+    maps = [
+        ((32, 8, 3, 3), IndexMap.from_func(lambda o, i, h, w: (o // 16, h, i // 4, w, i % 4, o % 16))),
+        ((24, 40), IndexMap.from_func(lambda k, n: (n // 8, k // 6, k % 6, n % 8))),
+    ]
+    for shape, imap in maps:
+        w = dtypes.random_array(rng, shape, dtype)
+        new_shape = tuple(int(d) for d in imap.map_shape(list(shape)))
+        got = map_weights(imap, w, new_shape)
+        want = imap.map_tensor(tvm.runtime.tensor(w)).numpy()
+        assert got.dtype == w.dtype and got.shape == new_shape
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
 def test_a_model_takes_only_schedules_tuned_for_its_own_task_shapes(tmp_path):

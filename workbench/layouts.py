@@ -21,8 +21,8 @@ candidate by TVM's ``RewriteLayout`` (``SuggestIndexMap`` over the tiled loop
 nest), so the layout follows the schedule, as in Ansor.
 
 Every strategy works on every workload dtype (``dtypes``): a layout moves
-elements, whatever their type, and the offline rewrites (``IndexMap.map_tensor``)
-return the weights in their own dtype (int8, bfloat16, FP8).
+elements, whatever their type, and the offline rewrites (``map_weights``: the
+IndexMap evaluated in NumPy) return the weights in their own dtype (int8, bfloat16, FP8).
 
 A sketch tiled for a tensor intrinsic (``intrinsics``: int8 on VNNI hardware,
 bfloat16 on AVX512-BF16) needs its weights in the order the instruction reads
@@ -383,7 +383,6 @@ def offline_index_maps(sch) -> list:
 
 
 def apply_offline_transforms(sch, workload, inputs):
-    import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     final = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
@@ -399,19 +398,32 @@ def apply_offline_transforms(sch, workload, inputs):
             if len(imap.initial_indices) != out[i].ndim:  # another weight's rewrite (a matmul's, not its bias's)
                 continue
             if tuple(int(d) for d in imap.map_shape(list(out[i].shape))) == new_shapes[i]:
-                if int(np.prod(new_shapes[i])) == out[i].size:
-                    out[i] = imap.map_tensor(tvm.runtime.tensor(out[i])).numpy()
-                else:  # a padded layout (e.g. 1000 output channels in blocks of 16): map_tensor refuses those
-                    out[i] = _map_padded(imap, out[i], new_shapes[i])
+                out[i] = map_weights(imap, out[i], new_shapes[i])
                 break
         else:
             raise RuntimeError(f"no recorded layout rewrite maps weight {i} to {new_shapes[i]}")
     return out
 
 
-def _map_padded(imap, arr: np.ndarray, shape: tuple) -> np.ndarray:
-    """``arr`` rewritten by ``imap`` into the larger ``shape``; the padding is zero (the kernel computes outputs
-    there that it never stores)."""
+def map_weights(imap, arr: np.ndarray, shape: tuple) -> np.ndarray:
+    """``arr`` rewritten by the IndexMap ``imap`` into ``shape``, in its own dtype; where the layout pads (e.g.
+    1000 output channels in blocks of 16) the padding is zero (the kernel computes outputs there that it never
+    stores).
+
+    The map is evaluated once over the whole index grid in NumPy. TVM's ``IndexMap.map_tensor`` evaluates it
+    element by element (seconds for a 512x512x3x3 weight, and every would-be best of a session pays it) and
+    refuses maps that pad; it remains the fallback for an index expression the NumPy evaluator does not know."""
+    try:
+        return _map_with_numpy(imap, arr, shape)
+    except NotImplementedError:
+        if int(np.prod(shape)) != arr.size:
+            raise
+        import tvm
+
+        return imap.map_tensor(tvm.runtime.tensor(arr)).numpy()
+
+
+def _map_with_numpy(imap, arr: np.ndarray, shape: tuple) -> np.ndarray:
     from tvm import tirx
 
     ops = {
