@@ -303,7 +303,7 @@ def propose_on_names(monkeypatch):
     import tvm.s_tir.transform as tr
 
     monkeypatch.setattr(loop, "program_hash", lambda mod: mod)
-    monkeypatch.setattr(tr, "RemoveWeightLayoutRewriteBlock", lambda **kw: (lambda mod: mod))
+    monkeypatch.setattr(tr, "RemoveWeightLayoutRewriteBlock", lambda **kw: lambda mod: mod)
 
     def make(names, eps=0.0, state=None):
         ctx = _Context(names)
