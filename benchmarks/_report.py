@@ -331,10 +331,10 @@ def markdown(result: dict, derived: dict, analysis: str = "", plot_name: str | N
         L += [
             "",
             "A workbench wall time includes its waits for a quiet machine (in brackets when there were any): its "
-            "default noise mode `wait` holds the timing while the calibration probe reads the host more than 15 % "
-            "slower than the session's baseline or other processes take more than a quarter of a core, for up to 30 s, "
-            "then goes on and "
-            "marks what it timed noisy ([measurement.md](../measurement.md)). MetaSchedule never waits.",
+            "default noise mode `wait` holds the timing while other processes take more than a quarter of a core "
+            "(for up to 30 s) or the calibration probe reads the host more than 15 % slower than the session's "
+            "baseline with nothing here busy (for up to 10 s), then goes on and marks what it timed noisy "
+            "([measurement.md](../measurement.md)). MetaSchedule never waits.",
             "",
         ]
     ver = result.get("verification", {})
