@@ -328,12 +328,16 @@ def markdown(result: dict, derived: dict, analysis: str = "", plot_name: str | N
                     f"{r['ok'] / r['wall_seconds']:.3f} | {_fmt(r['best_latency_ms'])} | {_fmt(own, '.1f')} | "
                     f"{wbt_txt} |"
                 )
+        from workbench.noise import NoisePolicy
+
+        policy = NoisePolicy()
         L += [
             "",
             "A workbench wall time includes its waits for a quiet machine (in brackets when there were any): its "
-            "default noise mode `wait` holds the timing while other processes take more than a quarter of a core "
-            "(for up to 30 s) or the calibration probe reads the host more than 15 % slower than the session's "
-            "baseline with nothing here busy (for up to 10 s), then goes on and marks what it timed noisy "
+            f"default noise mode `wait` holds the timing while other processes take more than {policy.max_other_cores:g} "
+            f"of a core (for up to {policy.max_wait_s:g} s) or the calibration probe reads the host more than "
+            f"{100 * policy.max_probe_drift:g} % slower than the session's baseline with nothing here busy (for up to "
+            f"{policy.max_drift_wait_s:g} s), then goes on and marks what it timed noisy "
             "([measurement.md](../measurement.md)). MetaSchedule never waits.",
             "",
         ]

@@ -503,19 +503,18 @@ class _SteadyAfterScript(_ProbeRunner):
 def test_a_wait_for_a_slow_host_is_shorter_than_one_for_local_load(monkeypatch, busy):
     # A slow host with nothing busy here is waited out for max_drift_wait_s only; local load, which a user can
     # end, for max_wait_s.
-    cores = 1.0 if busy else 0.0
+    cores = [0.0]  # a quiet start (the baseline: 0.5 ms), then the spell
 
     def load(seconds=0.25, exclude=None, top=3):
         time.sleep(0.02)
-        return {"other_cores": cores, "processes": [], "seconds": 0.02}
+        return {"other_cores": cores[0], "processes": [], "seconds": 0.02}
 
     monkeypatch.setattr(noise, "machine_load", load)
     said = []
     policy = noise.NoisePolicy(mode="wait", quiet_seconds=0.02, max_wait_s=1.5, max_drift_wait_s=0.3)
     guard = noise.NoiseGuard(policy, _SteadyAfterScript([0.5] * 6 + [0.8]), _ProbeBuilder(), said.append)
-    monkeypatch.setattr(noise, "machine_load", lambda *a, **k: {"other_cores": 0.0, "processes": [], "seconds": 0})
-    guard.start()  # a quiet start: the baseline is 0.5 ms
-    monkeypatch.setattr(noise, "machine_load", load)
+    guard.start()
+    cores[0] = 1.0 if busy else 0.0
     t0 = time.monotonic()
     assert guard.check_probe("before round") is True  # the wait gave up: the round's timings are suspect
     waited = time.monotonic() - t0

@@ -283,7 +283,7 @@ class Propose:
         chosen = picks[: n - n_random] + randoms[:n_random]
         rest = picks[n - n_random :] + randoms[n_random:]
         chosen += rest[: n - len(chosen)]
-        return sorted(chosen, key=lambda f: f[0])[:n]
+        return sorted(chosen, key=lambda f: f[0])
 
 
 class Predict:
