@@ -11,7 +11,7 @@ quantized module is built, because the engine packs the weights when they are se
   ``"linear"`` (``m, n, k``: an m x k input, n x k weights, as ``nn.Linear`` holds them) or ``"mm"`` (``m, n, k``:
   ``torch.mm`` of an m x k input and k x n weights, as the workbench's matmul reads them; no bias);
 - ``dtype`` ``"int8"`` (``torch.ao.nn.quantized.Conv2d`` / ``ConvReLU2d`` / ``Linear``: quint8 activations per
-  tensor, qint8 weights per output channel, a float bias, the output requantized to quint8 per tensor),
+  tensor (7 of their 8 bits used on a CPU without VNNI, see ``ACTIVATION_LEVELS``), qint8 weights per output channel, a float bias, the output requantized to quint8 per tensor),
   ``"bfloat16"`` or ``"float32"`` (``torch.nn.functional.conv2d`` / ``linear``, ``torch.mm``);
 - ``bias``, ``relu`` (booleans; an int8 conv with ReLU is the intrinsic ``ConvReLU2d``, a float one
   ``F.conv2d`` then ``torch.relu``).
@@ -46,6 +46,13 @@ warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quan
 
 F = torch.nn.functional
 OPS: dict = {}
+# Without VNNI, x86 int8 kernels (fbgemm's and oneDNN's alike) multiply u8 x s8 with vpmaddubsw, whose sums of
+# two products saturate at int16: activations over the full 8 bits overflow (outputs off by tens of quantization
+# steps on an AVX2 CPU). PyTorch's default x86 qconfig (reduce_range=True) keeps activations to 7 bits for this;
+# so does this worker where torch finds no VNNI. torch checks only AVX-512 VNNI, so an AVX-VNNI-only CPU is
+# given 7 bits too: correct, just coarser.
+_VNNI = bool(getattr(torch.cpu, "_is_vnni_supported", lambda: False)())
+ACTIVATION_LEVELS = 255 if _VNNI else 127
 ENGINES = ("x86", "onednn")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -87,7 +94,7 @@ def _int8(op: dict, x, w, b):
 
     if op["kind"] == "mm":
         raise ValueError("int8 has no mm op here: use kind 'linear' (torch.ao.nn.quantized.Linear)")
-    xs = float(x.max()) / 255
+    xs = float(x.max()) / ACTIVATION_LEVELS
     xq = torch.quantize_per_tensor(x, xs, 0, torch.quint8)
     wscale = w.abs().reshape(w.shape[0], -1).amax(dim=1).double() / 127
     wq = torch.quantize_per_channel(w, wscale, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
@@ -112,6 +119,7 @@ def _int8(op: dict, x, w, b):
         "detail": f"max error {steps:.2f} output quantization steps (scale {out_scale:.3g}) vs float32 on the "
         "dequantized inputs",
         "output": f"{y.dtype} per tensor, {'channels_last' if op['kind'] == 'conv2d' else 'contiguous'}",
+        "activations": "quint8, 8 bits" if _VNNI else "quint8 held to 7 bits (reduce_range: this CPU has no VNNI)",
     }
     return (lambda: m(xq)), check
 

@@ -276,6 +276,18 @@ def test_the_page_states_every_target_with_its_ratio_and_verdict(tmp_path):
     assert lp.reused_run(str(tmp_path / "absent.db"), "bert.ffn1") is None
 
 
+def test_the_page_says_when_pytorchs_int8_activations_were_held_to_7_bits(tmp_path):
+    res = _result()
+    lp.write_report(res, str(tmp_path))
+    assert "held to 7 bits" not in open(tmp_path / "low_precision.md").read()  # a VNNI machine: all 8 bits
+    held = "quint8 held to 7 bits (reduce_range: this CPU has no VNNI)"
+    for key in ("int8-conv|int8, engine x86", "int8-matmul|int8, engine onednn"):
+        res["kernels"][key]["activations"] = held
+    lp.write_report(res, str(tmp_path))
+    md = open(tmp_path / "low_precision.md").read()
+    assert md.count(held) == 1 and "`reduce_range=True`" in md
+
+
 def test_a_wrong_kernel_or_an_invalid_run_meets_no_target(tmp_path):
     res = _result(int8_conv_ms=0.1, verified=False, valid=False)  # fast but wrong: counts for nothing
     lp.write_report(res, str(tmp_path))
@@ -312,6 +324,7 @@ def test_pytorch_worker_runs_and_checks_each_op_on_tiny_shapes():
         assert info["engine"] == engine and info["threads"] == 1
         assert all(info["ops"][k]["ok"] for k in "cl"), info["ops"]
         assert "quint8" in info["ops"]["c"]["output"] and len(out["c"]["samples"]) == 2
+        assert info["ops"]["c"]["activations"].startswith("quint8")  # 7 bits where the CPU has no VNNI
     w = _protocol.Worker(argv)
     try:
         ops = [dict(lin, key="l", dtype="bfloat16"), dict(conv, key="c", dtype="float32")]
