@@ -64,7 +64,7 @@ def hostile_store(path: str) -> dict:
     """Write the store to ``path``; returns what it holds: ``{"failed": id, "interrupted": id, "strategies": {name:
     hostile name}, "workload": hostile name}``."""
     shutil.copy(DEMO_DB, path)
-    RecordStore(path).close()  # the demo is a schema-1 store: opened for writing, it gains the noise columns
+    RecordStore(path).close()  # the demo is a schema-1 store: opened for writing, it gains the later columns
     c = sqlite3.connect(path)
     c.row_factory = sqlite3.Row
     (row,) = c.execute("SELECT * FROM sessions").fetchall()

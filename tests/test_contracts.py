@@ -90,6 +90,7 @@ def test_builder_gives_one_result_per_module_in_order_and_a_failure_as_a_result(
     ok1, bad, ok2 = results
     assert ok1.path and ok2.path and ok1.path != ok2.path and os.path.isfile(ok1.path), results
     assert ok1.error_class is ok2.error_class is None
+    assert all(0 < r.build_s < 60 for r in (ok1, ok2)), results  # how long the compile took, where it worked
     assert measure.recorded_arg_types(ok1.path) == [((16,), "float32"), ((16,), "float32")]  # shapes with dtypes
     assert bad.path is None and bad.error_class == "build-error", bad
     assert bad.error_msg and "\n" not in bad.error_msg

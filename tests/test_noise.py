@@ -15,7 +15,7 @@ from workbench import noise
 from workbench.errors import WorkbenchError
 from workbench.presets import get as get_preset
 from workbench.session import TuningSession
-from workbench.store import SCHEMA_VERSION, RecordStore
+from workbench.store import ADDED_COLUMNS, SCHEMA_VERSION, RecordStore
 
 from .shapes import SMALL
 
@@ -334,30 +334,29 @@ def test_bad_noise_settings_are_one_line_errors():
     assert r.returncode == 2 and "invalid choice" in r.stderr and "Traceback" not in r.stderr
 
 
-def _v1_store(path):
-    """A store as schema 1 wrote it: the records table without the noise columns."""
+def _old_store(path, version: int):
+    """A store as schema ``version`` wrote it: the records table without the columns added after it."""
     s = RecordStore(str(path))
     s.close()
+    later = {1: ADDED_COLUMNS, 2: ["build_s"]}[version]
     c = sqlite3.connect(str(path))
     c.executescript(
-        "ALTER TABLE records DROP COLUMN noisy; ALTER TABLE records DROP COLUMN noise;"
-        "ALTER TABLE records DROP COLUMN cv; ALTER TABLE records DROP COLUMN confirm_secs;"
-        "ALTER TABLE records DROP COLUMN confirm_spread; PRAGMA user_version=1;"
+        "".join(f"ALTER TABLE records DROP COLUMN {col};" for col in later) + f"PRAGMA user_version={version};"
     )
     c.close()
+    return later
 
 
-def test_schema_1_store_reads_read_only_and_upgrades_for_writing(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_store_reads_read_only_and_upgrades_for_writing(tmp_path, version):
     p = tmp_path / "old.db"
-    _v1_store(p)
+    later = _old_store(p, version)
     ro = RecordStore(str(p), readonly=True)
-    assert "noisy" in ro.records().columns and ro.summary()["noisy"] == 0
+    assert {"noisy", "build_s"} <= set(ro.records().columns) and ro.summary()["noisy"] == 0
     ro.close()
     rw = RecordStore(str(p))
     assert rw.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    assert {"noisy", "noise", "cv", "confirm_secs", "confirm_spread"} <= {
-        r[1] for r in rw.conn.execute("PRAGMA table_info(records)")
-    }
+    assert set(later) <= {r[1] for r in rw.conn.execute("PRAGMA table_info(records)")}
 
 
 def test_store_of_a_newer_schema_is_refused(tmp_path):

@@ -94,6 +94,8 @@ def test_every_strategy_tunes_and_verifies(key, all_strategies):
     assert ids == list(rec["id"])
     assert rec["predicted_score"].notna().all()
     assert rec["mod_hash"].is_unique
+    built = rec[~rec["error_class"].fillna("").str.startswith("build-")]
+    assert (built["build_s"] > 0).all() and rec.loc[rec.index.difference(built.index), "build_s"].isna().all()
     # Every stored event is its kind's typed payload, with no key the payload does not declare.
     for e in RecordStore(str(tmp_path / "r.db"), readonly=True).events(s.session_id):
         p = Event(e["kind"], s.session_id, e["time"], e["elapsed"], e["data"]).payload

@@ -22,6 +22,7 @@ COLUMNS = [
     "gflops",
     "predicted_score",
     "cv",
+    "build_s",
     "noisy",
     "error_class",
     "verified",
@@ -37,6 +38,7 @@ SORT_KEYS = {
     "error class": "error_class",
     "chosen by": "chosen_by",
     "cv": "cv",
+    "build seconds": "build_s",
     "noisy": "noisy",
 }
 
@@ -129,7 +131,12 @@ class RecordsTable:
             )
             return
         shown = df.copy()
-        for col, spec in (("latency_ms", "{:.4f}"), ("gflops", "{:.2f}"), ("predicted_score", "{:.3f}")):
+        for col, spec in (
+            ("latency_ms", "{:.4f}"),
+            ("gflops", "{:.2f}"),
+            ("predicted_score", "{:.3f}"),
+            ("build_s", "{:.2f}"),
+        ):
             shown[col] = shown[col].map(lambda v, s=spec: "" if pd.isna(v) else s.format(v))
         # cv: spread of the timing repeats; noisy: the timing was disturbed (or its round's probe drifted)
         shown["cv"] = shown["cv"].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")

@@ -45,12 +45,14 @@ class BuildResult:
     """One module's build: the built artifact's path, or why there is none.
 
     ``error_class`` is ``"build-error"`` (TVM rejected the module), ``"build-timeout"``
-    or ``"build-crash"`` (the worker process died); ``error_msg`` is one line.
+    or ``"build-crash"`` (the worker process died); ``error_msg`` is one line. ``build_s`` is how long
+    compiling and exporting the artifact took, in seconds, where the builder knows it (None otherwise).
     """
 
     path: str | None
     error_class: str | None = None
     error_msg: str | None = None
+    build_s: float | None = None
 
 
 @dataclass

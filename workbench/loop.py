@@ -451,6 +451,7 @@ class Record:
         elapsed_s: float,
         path: str | None,
         keep_artifact: bool,
+        build_s: float | None = None,
     ) -> dict:
         w, st = self.workload, self.state
         err_cls = verdict.error_class or timing.error_class
@@ -486,6 +487,7 @@ class Record:
             "cv": noise.cv(timing.run_secs) if err_cls is None else None,
             "confirm_secs": verdict.confirm_secs,
             "confirm_spread": verdict.confirm_spread,
+            "build_s": build_s,
         }
         rec["id"] = self.store.add_record(rec, p.features)  # durable before anyone hears of it
         st.measured_hashes.add(p.mod_hash)

@@ -47,6 +47,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 
 import numpy as np
 
@@ -103,7 +104,8 @@ def artifact_for(runner_spec) -> str:
     return "so" if runner_spec is None or runner_spec == "local" else "tar"
 
 
-def _build_in_worker(mod_json: str, target: dict, out_dir: str, artifact: str = "tar") -> str:
+def _build_in_worker(mod_json: str, target: dict, out_dir: str, artifact: str = "tar") -> tuple[str, float]:
+    """(the artifact's path, seconds spent compiling and exporting it)."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -111,13 +113,15 @@ def _build_in_worker(mod_json: str, target: dict, out_dir: str, artifact: str = 
 
     tvm_env.setup()
     mod = tvm.ir.load_json(mod_json)
+    t0 = time.perf_counter()
     rt = tvm.tirx.build(mod, target=tvm.target.Target(target))
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), f"kernel.{artifact}")
     rt.export_library(path)
+    build_s = time.perf_counter() - t0
     args = [[[int(d) for d in a.shape], str(a.dtype)] for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
     with open(os.path.join(os.path.dirname(path), ARGS_FILE), "w") as f:
         json.dump(args, f)
-    return path
+    return path, build_s
 
 
 def _typed(entry) -> bool:
@@ -287,7 +291,8 @@ class Builder(interfaces.Builder):
         out = []
         for f in futs:
             try:
-                out.append(BuildResult(f.result()))
+                path, build_s = f.result()
+                out.append(BuildResult(path, build_s=build_s))
             except BaseException as e:  # noqa: BLE001 - every failure is a result
                 cls, msg = _classify(e, "build")
                 out.append(BuildResult(None, cls, msg))

@@ -841,6 +841,7 @@ class TuningSession(SessionLifecycle):
             elapsed_s=self._elapsed(),
             path=b.path,
             keep_artifact=run_result is None,
+            build_s=b.build_s,
         )
 
     def _search_ahead(self, strategy: str, proposals: list, phases: "RoundClock") -> "_SearchAhead":

@@ -15,8 +15,9 @@ Tables
   events    every event a session emitted, in order (replayable)
 
 Schema 2 added the measurement-noise columns of ``records`` (``noisy``, ``noise``,
-``cv``, ``confirm_secs``, ``confirm_spread``); a schema-1 store is upgraded in place
-when opened for writing and read as is (those columns empty) when read-only.
+``cv``, ``confirm_secs``, ``confirm_spread``), schema 3 the candidate's compile time
+(``build_s``); an older store is upgraded in place when opened for writing and read
+as is (those columns empty) when read-only.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 
 from .errors import StoreLockedError, WorkbenchError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP_ID = 0x54574231  # "TWB1": marks a workbench store
 LIVE_STATUSES = ("running", "paused")  # a stored status that is only true while the session's process lives
 RUNS_DIR = "workbench-runs"  # where the notebooks keep their stores (runs_path)
@@ -82,7 +83,8 @@ CREATE TABLE IF NOT EXISTS records (
   noise TEXT,
   cv REAL,
   confirm_secs TEXT,
-  confirm_spread REAL
+  confirm_spread REAL,
+  build_s REAL
 );
 CREATE INDEX IF NOT EXISTS records_session ON records(session_id, trial);
 CREATE INDEX IF NOT EXISTS records_workload ON records(workload, latency_ms);
@@ -122,14 +124,16 @@ RECORD_COLUMNS = [
     "noisy",
     "cv",
     "confirm_spread",
+    "build_s",
 ]
-# Added by schema 2, with what a schema-1 row reads as.
-NOISE_COLUMNS = {
+# Columns added after schema 1 (2: measurement noise, 3: compile time), with what an older row reads as.
+ADDED_COLUMNS = {
     "noisy": "INTEGER NOT NULL DEFAULT 0",
     "noise": "TEXT",
     "cv": "REAL",
     "confirm_secs": "TEXT",
     "confirm_spread": "REAL",
+    "build_s": "REAL",
 }
 
 
@@ -363,7 +367,7 @@ class RecordStore:
             if v < SCHEMA_VERSION:
                 c.execute("BEGIN IMMEDIATE")
                 have = {r[1] for r in c.execute("PRAGMA table_info(records)")}
-                for col, decl in NOISE_COLUMNS.items():
+                for col, decl in ADDED_COLUMNS.items():
                     if col not in have:
                         c.execute(f"ALTER TABLE records ADD COLUMN {col} {decl}")
                 c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -453,7 +457,7 @@ class RecordStore:
             "INSERT INTO records(session_id, workload, trial, round, strategy, chosen_by, trace, decisions, mod_hash,"
             " predicted_score, run_secs, latency_ms, gflops, error_class, error_msg, verified, is_best, seed,"
             " proposed_at, measured_at, elapsed_s, features, feature_rows, noisy, noise, cv, confirm_secs,"
-            " confirm_spread) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " confirm_spread, build_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 rec["session_id"],
                 rec["workload"],
@@ -483,6 +487,7 @@ class RecordStore:
                 rec.get("cv"),
                 None if rec.get("confirm_secs") is None else json.dumps(rec["confirm_secs"]),
                 rec.get("confirm_spread"),
+                rec.get("build_s"),
             ),
         )
 

@@ -130,6 +130,7 @@ def run(session, strategy: str, sch, tools: Tools, trial: int, elapsed_s: float)
             elapsed_s=elapsed_s,
             path=b.path,
             keep_artifact=tools.live,
+            build_s=b.build_s,
         )
     finally:
         tools.build.discard([b], keep={path for path, _ in session.state.artifacts.values()})
