@@ -37,6 +37,8 @@ class Preset:
     number: int
     repeat: int
     min_repeat_ms: int
+    # A compile is cut off only when it hangs: long compiles (big register tiles, deep unrolling) include the
+    # fastest programs of some layers (records' build_s), so a deadline tied to the median compile would drop them.
     build_timeout: float = 60.0
     run_timeout: float = 30.0
     # Threads of TVM's EvolutionarySearch (0: every available core). It hands work to threads
