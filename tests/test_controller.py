@@ -28,6 +28,22 @@ def test_warm_up_gives_every_strategy_one_round_in_order():
     assert chosen == [(s, "controller", True) for s in S]
 
 
+def test_an_arms_best_follows_its_incumbent_when_re_measured_slower():
+    # pre-transformed's 1.0 ms was a lucky first timing; re-measured beside a challenger it is 1.3 ms, behind
+    # no-rewrite's 1.2: the arms are then ranked on 1.3, not on the figure that no longer stands
+    c = StrategyController(S, "auto")
+    for s, lat in zip(S, (1.2, 3.0, 1.0)):
+        c.observe(s, lat, None, 16)
+    assert c.arms["pre-transformed"].best_ms == 1.0
+    c.observe("no-rewrite", 1.25, 1.0, 16, held_bests={"no-rewrite": 1.2, "pre-transformed": 1.3, "packed": 0.1})
+    assert c.arms["pre-transformed"].best_ms == 1.3 and c.arms["no-rewrite"].best_ms == 1.2
+    assert c.arms["no-rewrite"].history[-1] == (32, 1.2)
+    assert c.choose().strategy == "no-rewrite"
+    # a strategy with no best yet keeps none
+    c.observe("transform-stage", None, 1.2, 16, held_bests={"transform-stage": None})
+    assert c.arms["transform-stage"].best_ms == 3.0
+
+
 def test_warm_up_of_several_rounds_takes_the_arms_in_turn_then_the_policy_chooses():
     c = StrategyController(S, "auto", warmup_rounds=2)
     chosen, best = [], None

@@ -268,9 +268,11 @@ def test_learn_feeds_failures_as_failures_and_tells_the_controller_the_top_predi
     learn.record("a", p, {"error_class": "run-crash", "latency_ms": None, "workload": "wl"})
     assert model.added == [(None, "wl")]
     props = [loop.Proposal(None, str(i), None, None, s) for i, s in enumerate([0.1, 0.9, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4])]
+    learn.state.best_by_strategy = {"a": {"id": 1, "latency_ms": 1.1}, "b": {"id": 2, "latency_ms": 0.9}}
     learn.observe("a", 1.0, 2.0, 8, props)
     args, kw = controller.seen
     assert args == ("a", 1.0, 2.0, 8) and kw["predicted_mean"] == pytest.approx((0.9 + 0.8) / 2) and kw["model_trained"]
+    assert kw["held_bests"] == {"a": 1.1, "b": 0.9}  # the bests as re-measured, every arm's
 
 
 def test_timing_latency_is_the_median_in_ms_and_none_on_error():

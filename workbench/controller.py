@@ -447,10 +447,16 @@ class StrategyController:
         trials: int,
         predicted_mean: float | None = None,
         model_trained: bool = False,
+        held_bests: dict | None = None,
     ) -> list[str]:
         """Record a finished round (latencies in ms, deployment latency of the strategy); returns the
-        strategies pruned by it."""
+        strategies pruned by it. ``held_bests``: each strategy's best latency as the session now holds it; an
+        incumbent re-measured beside a challenger (the winner's curse) may have come out slower than it was
+        first timed, and an arm's best follows that instead of keeping the lucky first figure."""
         with self._lock:
+            for s, ms in (held_bests or {}).items():
+                if s in self.arms and ms is not None and math.isfinite(ms):
+                    self.arms[s].best_ms = float(ms)
             arm = self.arms[strategy]
             arm.rounds += 1
             arm.trials += trials

@@ -580,4 +580,5 @@ class Learn:
             # only a calibrated model's scores estimate relative throughput, comparable as a mean across arms
             predicted_mean=float(np.mean(top)) if top and self.model.calibrated else None,
             model_trained=self.model.trained,
+            held_bests={s: r["latency_ms"] for s, r in self.state.best_by_strategy.items()},
         )
