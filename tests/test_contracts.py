@@ -369,28 +369,39 @@ def test_cost_model_ranks_after_training_within_each_group(model):
 def test_cost_model_predicts_while_another_thread_adds_and_trains(model):
     rng = np.random.default_rng(2)
     progs, speed = _programs(rng, 60)
-    errors, done = [], threading.Event()
+    errors, done, started, calls = [], threading.Event(), threading.Event(), []
 
     def predict():
-        while not done.is_set():
+        # a pause between calls, as a search between its batches: a loop that never lets go of the GIL starves
+        # the training's Python objective (one test took 146 s on a slow 2-core machine) and tests nothing more
+        while not done.wait(0.002):
             try:
                 assert len(model.predict(progs[:8])) == 8
                 model.n_samples, model.trained, model.feature_importance()
+                calls.append(model.trained)
+                started.set()
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(e)
+                started.set()
                 return
 
     t = threading.Thread(target=predict)
     t.start()
     try:
+        assert started.wait(60)
         for p, s in zip(progs, speed):
             model.add(p, 1e-3 / s, "w")
             if model.n_samples % 20 == 0:
                 model.train()
+        for _ in range(6000):  # until it has predicted with the trained model too
+            if errors or calls[-1]:
+                break
+            time.sleep(0.005)
     finally:
         done.set()
         t.join()
     assert errors == [] and model.trained
+    assert calls[0] is False and calls[-1] is True, len(calls)  # it predicted before, during and after training
 
 
 # ---------------------------------------------------------------- LayoutStrategy
