@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from types import SimpleNamespace
 
 import comm
 import numpy as np
@@ -15,8 +16,10 @@ from plotly.callbacks import InputDeviceState, Points
 
 from widgets import Dashboard, SessionModel
 from widgets.costmodel import round_quality
+from widgets.model import RECORDS
 from widgets.sketch import sampling_lines
 from widgets.stats import decimate, kendall_tau, spearman, topk_recall
+from widgets.table import RecordsTable
 from workbench.events import Event
 from workbench.noise import MeasurementGate
 from workbench.replay import ReplaySession
@@ -257,6 +260,32 @@ def test_inspector_shows_the_error_of_a_failed_candidate(tmp_path, demo_events):
     assert dash.inspector.tabs.selected_index == 3
     dash.inspector.show_trial(999)
     assert "no measured trial 999" in dash.inspector.header.value
+
+
+def test_inspector_and_table_show_how_long_a_candidate_took_to_compile(tmp_path, demo_events):
+    db = tmp_path / "built.db"
+    shutil.copy(DEMO_DB, db)
+    RecordStore(str(db)).close()  # the demo predates build_s: opened for writing, it gains the column (empty)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE records SET build_s=12.5 WHERE trial=7")
+    c.commit()
+    c.close()
+    dash = Dashboard.replay(str(db), autopump=False)
+    dash.attach(ReplaySession(str(db)))
+    for ev in demo_events:
+        dash.queue.put(ev)
+    dash.pump_once()
+    dash.inspector.show_trial(7)
+    assert "built in 12.50 s" in dash.inspector.header.value
+    dash.inspector.show_trial(3)
+    assert "built in" not in dash.inspector.header.value  # unknown for a record from before build_s
+    # the table, fed the store's records as a live session's events carry them
+    recs = RecordStore(str(db), readonly=True).records().to_dict("records")
+    table = RecordsTable()
+    table.refresh(SimpleNamespace(records=recs, db=str(db), session_id=1), {RECORDS})
+    table.sort_by.value = "build seconds"
+    top = table.frame().iloc[0]
+    assert top["trial"] == 7 and top["build_s"] == 12.5 and "<td>12.50</td>" in table.html.value
 
 
 def test_records_table_sorts(demo_events, demo_records):

@@ -338,6 +338,7 @@ class CandidateInspector:
                     f"<b>trial {_esc(rec['trial'])}</b> (record {_esc(rec['id'])}) · round {_esc(rec['round'])} · "
                     f"{_esc(rec['strategy'])} chosen by {_esc(rec['chosen_by'])} · "
                     f"{status} · predicted {fmt(rec['predicted_score'], '.3f')}"
+                    + (f" · built in {fmt(rec['build_s'], '.2f')} s" if rec.get("build_s") is not None else "")
                 )
                 if isinstance(rec["trial"], int) and rec["trial"] >= 0:
                     self.trial.value = rec["trial"]
