@@ -239,21 +239,26 @@ def test_clicking_a_point_opens_the_inspector(demo_events):
     assert "current best" in insp.panes[2].value
 
 
-def test_inspector_shows_the_error_of_a_failed_candidate(tmp_path, demo_events):
-    # The recorded session had no failure; mark one record failed in a copy, as a build error would.
-    db = tmp_path / "failed.db"
-    shutil.copy(DEMO_DB, db)
-    c = sqlite3.connect(db)
-    c.execute(
-        "UPDATE records SET error_class='build-error', error_msg='TVMError: vectorize extent 3 <boom>' WHERE trial=7"
-    )
+def _replay_of_demo_copy(path, sql: str, demo_events):
+    """A replay dashboard of a copy of the recorded session, changed by one SQL statement, fed all its events."""
+    shutil.copy(DEMO_DB, path)
+    RecordStore(str(path)).close()  # the demo predates the later columns: opened for writing, it gains them (empty)
+    c = sqlite3.connect(path)
+    c.execute(sql)
     c.commit()
     c.close()
-    dash = Dashboard.replay(str(db), autopump=False)
-    dash.attach(ReplaySession(str(db)))
+    dash = Dashboard.replay(str(path), autopump=False)
+    dash.attach(ReplaySession(str(path)))
     for ev in demo_events:
         dash.queue.put(ev)
     dash.pump_once()
+    return dash
+
+
+def test_inspector_shows_the_error_of_a_failed_candidate(tmp_path, demo_events):
+    # The recorded session had no failure; mark one record failed in a copy, as a build error would.
+    sql = "UPDATE records SET error_class='build-error', error_msg='TVMError: vectorize extent 3 <boom>' WHERE trial=7"
+    dash = _replay_of_demo_copy(tmp_path / "failed.db", sql, demo_events)
     dash.inspector.show_trial(7)
     assert "build-error" in dash.inspector.header.value
     assert "vectorize extent 3 &lt;boom&gt;" in dash.inspector.panes[3].value
@@ -264,17 +269,7 @@ def test_inspector_shows_the_error_of_a_failed_candidate(tmp_path, demo_events):
 
 def test_inspector_and_table_show_how_long_a_candidate_took_to_compile(tmp_path, demo_events):
     db = tmp_path / "built.db"
-    shutil.copy(DEMO_DB, db)
-    RecordStore(str(db)).close()  # the demo predates build_s: opened for writing, it gains the column (empty)
-    c = sqlite3.connect(db)
-    c.execute("UPDATE records SET build_s=12.5 WHERE trial=7")
-    c.commit()
-    c.close()
-    dash = Dashboard.replay(str(db), autopump=False)
-    dash.attach(ReplaySession(str(db)))
-    for ev in demo_events:
-        dash.queue.put(ev)
-    dash.pump_once()
+    dash = _replay_of_demo_copy(db, "UPDATE records SET build_s=12.5 WHERE trial=7", demo_events)
     dash.inspector.show_trial(7)
     assert "built in 12.50 s" in dash.inspector.header.value
     dash.inspector.show_trial(3)
