@@ -55,7 +55,7 @@ def candidate_text(rec: dict, unit: str = "GFLOPS") -> str:
     pred = f"predicted {fmt(rec.get('predicted_score'), '.3f')}"
     if isinstance(rec.get("cv"), (int, float)):
         pred += f" · cv {fmt(rec['cv'] * 100, '.1f')} %"
-    if isinstance(rec.get("build_s"), (int, float)):
+    if isinstance(rec.get("build_s"), (int, float)) and math.isfinite(rec["build_s"]):
         pred += f" · built in {fmt(rec['build_s'], '.2f')} s"
     if rec.get("remeasured_samples"):
         pred += f" · re-measured ({label(rec['remeasured_samples'])} samples)"
