@@ -338,7 +338,7 @@ def _old_store(path, version: int):
     """A store as schema ``version`` wrote it: the records table without the columns added after it."""
     s = RecordStore(str(path))
     s.close()
-    later = {1: ADDED_COLUMNS, 2: ["build_s"]}[version]
+    later = [col for v, cols in ADDED_COLUMNS.items() if v > version for col in cols]
     c = sqlite3.connect(str(path))
     c.executescript(
         "".join(f"ALTER TABLE records DROP COLUMN {col};" for col in later) + f"PRAGMA user_version={version};"

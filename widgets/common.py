@@ -55,8 +55,7 @@ def candidate_text(rec: dict, unit: str = "GFLOPS") -> str:
     pred = f"predicted {fmt(rec.get('predicted_score'), '.3f')}"
     if isinstance(rec.get("cv"), (int, float)):
         pred += f" · cv {fmt(rec['cv'] * 100, '.1f')} %"
-    if isinstance(rec.get("build_s"), (int, float)) and math.isfinite(rec["build_s"]):
-        pred += f" · built in {fmt(rec['build_s'], '.2f')} s"
+    pred += build_note(rec)
     if rec.get("remeasured_samples"):
         pred += f" · re-measured ({label(rec['remeasured_samples'])} samples)"
     if rec.get("noisy"):
@@ -65,6 +64,12 @@ def candidate_text(rec: dict, unit: str = "GFLOPS") -> str:
     if len(dec) > 120:
         dec = dec[:117] + "..."
     return f"{head}<br>{body} · {pred}<br>{label(dec)}"
+
+
+def build_note(rec: dict) -> str:
+    """`` · built in X s`` for a record whose compile time is known (``build_s``), else nothing."""
+    b = rec.get("build_s")
+    return f" · built in {fmt(b, '.2f')} s" if isinstance(b, (int, float)) and math.isfinite(b) else ""
 
 
 def noise_note(rec: dict) -> str:

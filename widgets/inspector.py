@@ -16,7 +16,7 @@ from workbench.errors import WorkbenchError
 from workbench.program import intrinsics_line, tensor_intrinsics
 from workbench.workloads import workload_from_spec
 
-from .common import fmt, noise_note, pre
+from .common import build_note, fmt, noise_note, pre
 
 
 def diff_html(old: str, new: str, old_name: str, new_name: str) -> str:
@@ -337,8 +337,7 @@ class CandidateInspector:
                 self.header.value = (
                     f"<b>trial {_esc(rec['trial'])}</b> (record {_esc(rec['id'])}) · round {_esc(rec['round'])} · "
                     f"{_esc(rec['strategy'])} chosen by {_esc(rec['chosen_by'])} · "
-                    f"{status} · predicted {fmt(rec['predicted_score'], '.3f')}"
-                    + (f" · built in {fmt(rec['build_s'], '.2f')} s" if rec.get("build_s") is not None else "")
+                    f"{status} · predicted {fmt(rec['predicted_score'], '.3f')}" + build_note(rec)
                 )
                 if isinstance(rec["trial"], int) and rec["trial"] >= 0:
                     self.trial.value = rec["trial"]

@@ -126,14 +126,17 @@ RECORD_COLUMNS = [
     "confirm_spread",
     "build_s",
 ]
-# Columns added after schema 1 (2: measurement noise, 3: compile time), with what an older row reads as.
+# The records columns each schema after 1 added (2: measurement noise, 3: compile time), with what an older row
+# reads as.
 ADDED_COLUMNS = {
-    "noisy": "INTEGER NOT NULL DEFAULT 0",
-    "noise": "TEXT",
-    "cv": "REAL",
-    "confirm_secs": "TEXT",
-    "confirm_spread": "REAL",
-    "build_s": "REAL",
+    2: {
+        "noisy": "INTEGER NOT NULL DEFAULT 0",
+        "noise": "TEXT",
+        "cv": "REAL",
+        "confirm_secs": "TEXT",
+        "confirm_spread": "REAL",
+    },
+    3: {"build_s": "REAL"},
 }
 
 
@@ -367,7 +370,7 @@ class RecordStore:
             if v < SCHEMA_VERSION:
                 c.execute("BEGIN IMMEDIATE")
                 have = {r[1] for r in c.execute("PRAGMA table_info(records)")}
-                for col, decl in ADDED_COLUMNS.items():
+                for col, decl in [c for version, cols in ADDED_COLUMNS.items() if version > v for c in cols.items()]:
                     if col not in have:
                         c.execute(f"ALTER TABLE records ADD COLUMN {col} {decl}")
                 c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
