@@ -49,6 +49,8 @@ VARIANTS = {
     "lambdarank": {"cost_model": "lambdarank", "deterministic": True},
     "lambdarank + prior": {"cost_model": "lambdarank", "deterministic": True, "prior": True},
     "pack-sum on all cores": {"cost_model": "pack-sum", "deterministic": False},
+    # the default search threads, the next round searched after this one is timed instead of while it builds
+    "pack-sum on all cores without overlap": {"cost_model": "pack-sum", "deterministic": False, "overlap": False},
 }
 BASELINE = "pack-sum"
 
@@ -67,13 +69,20 @@ def variant_of(sess) -> str | None:
     from workbench import pruning
 
     pp = sess["preset_params"]
-    got = (pp.get("cost_model"), tuple(pp.get("pruning") or ()), bool(pp.get("deterministic")), bool(pp.get("prior")))
+    got = (
+        pp.get("cost_model"),
+        tuple(pp.get("pruning") or ()),
+        bool(pp.get("deterministic")),
+        bool(pp.get("prior")),
+        bool(pp.get("overlap", True)),
+    )
     for name, over in VARIANTS.items():
         want = (
             over["cost_model"],
             pruning.parse_rules(over.get("pruning")),
             over["deterministic"],
             bool(over.get("prior")),
+            over.get("overlap", True),
         )
         if got == want and sess["strategy_arg"] == "no-rewrite":
             return name
@@ -182,7 +191,8 @@ def analyse(runs: dict, timed: dict, workloads, seeds) -> dict:
     return out
 
 
-def write_md(res: dict, results: str) -> None:
+def write_md(res: dict, results: str, analysis: str | None = None) -> None:
+    """The page, in ``results``; the words of ``analysis`` (a Markdown file written by hand after the run) appended."""
     a = res["analysis"]
     L = [
         "# Search variants online: cost model, rule-based pruning, search threads",
@@ -229,8 +239,7 @@ def write_md(res: dict, results: str) -> None:
                 f"{x['seconds']:.0f} | "
                 f"{ttp} | {pruned} |"
             )
-    analysis = os.path.join(HERE, "search_variants_analysis.md")
-    if os.path.exists(analysis) and results == RESULTS:
+    if analysis and os.path.exists(analysis):
         with open(analysis) as f:
             L += ["", f.read().rstrip()]
     with open(os.path.join(results, "search_variants.md"), "w") as f:
@@ -248,8 +257,16 @@ def main():
     ap.add_argument("--resume", action="store_true", help="keep the finished sessions of --db")
     ap.add_argument("--threads", type=int, default=_quiet.available_cores())
     ap.add_argument("--results", default=RESULTS)
+    ap.add_argument(
+        "--analysis",
+        default=None,
+        help="a Markdown file of words on the run, appended to the page (default: benchmarks/search_variants_analysis.md "
+        "for the default --results, none otherwise)",
+    )
     ap.add_argument("--force", action="store_true", help="run on a busy machine; the result is marked invalid")
     args = ap.parse_args()
+    if args.analysis is None and os.path.abspath(args.results) == RESULTS:
+        args.analysis = os.path.join(HERE, "search_variants_analysis.md")
     try:
         variants = parse_variants(args.variants)
     except ValueError as e:
@@ -316,7 +333,7 @@ def main():
     os.makedirs(args.results, exist_ok=True)
     with open(os.path.join(args.results, "search_variants.json"), "w") as f:
         json.dump(res, f, indent=1)
-    write_md(res, args.results)
+    write_md(res, args.results, args.analysis)
     for v, g in res["analysis"]["geomean_vs_baseline"].items():
         print(f"{v}: speed {g:.3f}x, wall {res['analysis']['wall_vs_baseline'][v]:.2f}x vs {BASELINE}")
 

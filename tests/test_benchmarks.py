@@ -945,7 +945,12 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
 
     assert sv.variant_of(sess("pack-sum", True)) == "pack-sum"
     assert sv.variant_of(sess("pack-sum", True, ["unvectorized", "vector-width", "serial"])) == "pack-sum + pruning"
-    assert sv.variant_of(sess("pack-sum", False)) == "pack-sum on all cores"
+    assert sv.variant_of(sess("pack-sum", False)) == "pack-sum on all cores"  # a store without the field: overlap on
+    no_overlap = sess("pack-sum", False)
+    no_overlap["preset_params"]["overlap"] = False
+    assert sv.variant_of(no_overlap) == "pack-sum on all cores without overlap"
+    no_overlap["preset_params"]["overlap"] = True
+    assert sv.variant_of(no_overlap) == "pack-sum on all cores"
     assert sv.variant_of(sess("pack-sum", True, ["serial"])) is None  # not one of ours
     assert sv.variant_of(sess("pairwise-rank", True, prior=True)) == "pairwise-rank + prior"
     assert sv.variant_of(sess("pairwise-rank", True)) == "pairwise-rank"
@@ -996,6 +1001,11 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
         "| pairwise-rank | 1.250 | 1.20 |" in md
         and "| w, seed 0 | pairwise-rank | 0.8000 (3 %) | 0.9000 | 0.50 |" in md
     )
+    assert "## Reading this run" not in md  # words written for another run are not appended to this one
+    words = tmp_path / "words.md"
+    words.write_text("## Reading this run\n\nHand-written.\n")
+    sv.write_md(res, str(tmp_path), str(words))
+    assert open(tmp_path / "search_variants.md").read().endswith("## Reading this run\n\nHand-written.\n")
 
 
 def test_networks_resume_keeps_only_networks_measured_with_the_same_settings(capsys):
