@@ -212,7 +212,7 @@ def write_md(res: dict, results: str, analysis: str | None = None) -> None:
         "| variant | speed vs pack-sum (geomean) | wall vs pack-sum (geomean) |",
         "|---|---|---|",
     ]
-    for v in VARIANTS:
+    for v in res.get("variants") or VARIANTS:  # the variants this run tuned (a results file without them: all)
         g, w = a["geomean_vs_baseline"].get(v), a["wall_vs_baseline"].get(v)
         L.append(f"| {v} | {'-' if g is None else f'{g:.3f}'} | {'-' if w is None else f'{w:.2f}'} |")
     L += [

@@ -1002,6 +1002,10 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
         and "| w, seed 0 | pairwise-rank | 0.8000 (3 %) | 0.9000 | 0.50 |" in md
     )
     assert "## Reading this run" not in md  # words written for another run are not appended to this one
+    assert "| lambdarank |" in md  # a results file that does not list its variants: every one, '-' where not run
+    sv.write_md(dict(res, variants={"pack-sum": {}, "pairwise-rank": {}}), str(tmp_path))
+    md = open(tmp_path / "search_variants.md").read()
+    assert "| pairwise-rank | 1.250 | 1.20 |" in md and "| lambdarank |" not in md  # only the variants run
     words = tmp_path / "words.md"
     words.write_text("## Reading this run\n\nHand-written.\n")
     sv.write_md(res, str(tmp_path), str(words))
