@@ -370,9 +370,10 @@ class RecordStore:
             if v < SCHEMA_VERSION:
                 c.execute("BEGIN IMMEDIATE")
                 have = {r[1] for r in c.execute("PRAGMA table_info(records)")}
-                for col, decl in [c for version, cols in ADDED_COLUMNS.items() if version > v for c in cols.items()]:
-                    if col not in have:
-                        c.execute(f"ALTER TABLE records ADD COLUMN {col} {decl}")
+                for cols in ADDED_COLUMNS.values():
+                    for col, decl in cols.items():
+                        if col not in have:
+                            c.execute(f"ALTER TABLE records ADD COLUMN {col} {decl}")
                 c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 c.execute("COMMIT")
         self._cols = {r[1] for r in c.execute("PRAGMA table_info(records)")}
