@@ -30,7 +30,9 @@ docs/results/al_ansor_sessions/<set>/, one small JSON file per run, committed wi
 the code): its summary, the commit that tuned it and its best program at each
 checkpoint as a trace. ``--resume`` keeps the ledger's runs too and
 ``--report-only`` re-measures them from their traces, so a run of many hours can
-go on over several machines, whose stores do not outlive them.
+go on over several machines, whose stores do not outlive them - machines of one
+kind: a ledger holding runs tuned for another target (CPU or thread count) is
+refused with one line, so give each kind its own ``--ledger``.
 
     python benchmarks/al_ansor.py --set design --seeds 3 --resume
     python benchmarks/al_ansor.py --set evaluation --seeds 3 --trials 256 --resume
@@ -302,6 +304,13 @@ def export_runs(runs, ledger, commit=None, tuned=()) -> list:
     return written
 
 
+def foreign_runs(runs, target) -> list:
+    """The keys of ``runs`` tuned for another target than ``target`` (another CPU, or another thread count):
+    their programs were searched on another machine, so a comparison with runs tuned here would not be one
+    method against another."""
+    return sorted(k for k, r in runs.items() if r.get("target") != target)
+
+
 def stop_time(hhmm: str, now: float) -> float:
     """The next moment after ``now`` (epoch seconds) when the local clock reads ``hhmm`` ("HH:MM"), as epoch
     seconds; ValueError for anything else."""
@@ -522,6 +531,19 @@ def main():
         if not held:
             sys.exit(f"al_ansor.py: no runs in {db!r} or {ledger!r} to report")
         target = next(iter(held.values()))["target"]
+        foreign = foreign_runs(held, target)
+        if foreign:
+            sys.exit(
+                f"al_ansor.py: {db!r} and {ledger!r} hold runs tuned for different targets ({target} and "
+                f"{held[foreign[0]]['target']}); report each machine's runs from a --ledger of its own"
+            )
+    else:
+        foreign = foreign_runs(load_ledger(ledger), target)
+        if foreign:
+            sys.exit(
+                f"al_ansor.py: the ledger {ledger!r} holds runs tuned for another target than this machine's {target} "
+                f"(e.g. {'/'.join(map(str, foreign[0]))}); give this machine a --ledger of its own"
+            )
     threads = int(target["num-cores"])
     _quiet.set_thread_env(threads)
     # every comparison on the page comes from one interleaved re-measurement (remeasure): a slow host is

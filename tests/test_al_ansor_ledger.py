@@ -130,3 +130,31 @@ def test_stop_by_is_the_next_time_the_clock_reads_it():
     for bad in ("25:00", "12:60", "noon", "12"):
         with pytest.raises(ValueError):
             al_ansor.stop_time(bad, now)
+
+
+def test_a_ledger_of_another_machines_runs_is_refused(tuned, tmp_path):
+    """Runs searched on another CPU (or with another thread count) are not compared with runs tuned here: the
+    script stops with one line instead of keeping them or overwriting them."""
+    import subprocess
+
+    db, target = tuned
+    ledger = tmp_path / "ledger"
+    runs = al_ansor.collect(db)
+    key = (LAYER, 0, "no-rewrite")
+    elsewhere = {**target, "mcpu": "some-other-cpu"}
+    runs[key] = {**runs[key], "target": elsewhere}
+    al_ansor.export_runs(runs, str(ledger))
+    assert al_ansor.foreign_runs(al_ansor.collect(None, str(ledger)), target) == [key]
+    assert al_ansor.foreign_runs(al_ansor.collect(None, str(ledger)), elsewhere) == [(LAYER, 0, "pre-transformed")]
+    before = sorted((p.name, p.read_text()) for p in ledger.iterdir())
+
+    common = [sys.executable, os.path.join(BENCH, "al_ansor.py"), "--set=design", f"--layers={LAYER}"]
+    common += [f"--ledger={ledger}", f"--results={tmp_path / 'results'}", "--methods=no-rewrite", "--force"]
+    for more in (
+        [f"--db={tmp_path / 'here.db'}", "--trials=8", "--threads=1", "--tune-only", "--resume"],
+        [f"--db={tmp_path / 'none.db'}", "--report-only", "--repeats=1"],
+    ):
+        p = subprocess.run(common + more, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+        assert "tuned for" in p.stderr.strip().splitlines()[-1] and "--ledger of its own" in p.stderr
+    assert sorted((p.name, p.read_text()) for p in ledger.iterdir()) == before
