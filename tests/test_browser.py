@@ -56,6 +56,14 @@ def lab(tmp_path_factory):
         ]
         nbformat.write(nb, os.path.join(root, "hostile.ipynb"))
         nbformat.write(_views_notebook(), os.path.join(root, "views.ipynb"))
+        slow = nbformat.v4.new_notebook()
+        slow.metadata["kernelspec"] = nb.metadata["kernelspec"]
+        slow.cells = [
+            nbformat.v4.new_code_cell(
+                'from widgets import Dashboard\n\ndash = Dashboard.replay("data/demo_session.db", speed=50.0)\ndash'
+            )
+        ]
+        nbformat.write(slow, os.path.join(root, "slow.ipynb"))
         info["lab_root"] = root
         yield url, token, info
 
@@ -314,3 +322,41 @@ def test_recorded_session_views_answer_their_controls_in_jupyterlab(lab):
         picker.select_option(index=[0, 1])
         _wait(lambda: curves() == 2, 30, "a second curve once both sessions are picked")
         compare.screenshot(path=os.path.join(ARTIFACTS, "views-compare.png"))
+
+
+# anywidget gives a model's JavaScript two seconds to load (AbortSignal.timeout(2000)); a page busy for longer,
+# as a 2-core machine tuning beside the browser can be, is emulated by a 1 ms budget for the first five models
+SLOW_PAGE = """
+(() => {
+  const timeout = AbortSignal.timeout.bind(AbortSignal);
+  let slowed = 0;
+  AbortSignal.timeout = (ms) => timeout(ms === 2000 && slowed++ < 5 ? 1 : ms);
+})();
+"""
+
+
+def test_figures_are_drawn_whole_when_the_browser_loads_them_slowly(lab):
+    """A dashboard whose five figures' JavaScript (plotly's, ~5 MB each) takes longer to load than anywidget
+    waits: anywidget then drops every message to the figure ("Failed to initialize model") and its views draw the
+    model as it was created. Every figure must still be drawn whole (subplot titles), and the main plot must show
+    the points of a replay started afterwards."""
+    url, token, _info = lab
+    with _page(1400, "slow-failure.png") as page:
+        gave_up = []  # anywidget's rejection surfaces as a console error or as an uncaught one, by who awaited it
+        page.on("console", lambda m: gave_up.append(m.text) if "Failed to initialize model" in m.text else None)
+        page.on("pageerror", lambda e: gave_up.append(str(e)) if "Failed to initialize model" in str(e) else None)
+        page.add_init_script(SLOW_PAGE)
+        _run_notebook(page, url, token, "slow.ipynb")
+        dash = page.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-button", has_text="Start")).first
+        plot = dash.locator(".js-plotly-plot").first
+        plot.wait_for(state="visible", timeout=120_000)
+        _wait(lambda: gave_up, 60, "anywidget to give up on a figure's JavaScript")
+
+        title = lambda: plot.locator(".annotation-text", has_text="best-so-far vs trial").count()  # noqa: E731
+        _wait(title, 60, "the main plot's subplot titles")
+        start = dash.locator(".widget-button", has_text="Start").first
+        start.scroll_into_view_if_needed()
+        start.click()
+        points = lambda: plot.locator(".scatterlayer path.point").count()  # noqa: E731
+        _wait(points, 120, "the replay's points on the main plot")
+        dash.screenshot(path=os.path.join(ARTIFACTS, "slow-browser.png"))

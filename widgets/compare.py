@@ -15,6 +15,7 @@ from workbench import analysis
 from workbench.errors import WorkbenchError
 
 from .common import PALETTE
+from .live_figure import LiveFigure
 
 METRICS = {"gflops": ("best_gflops", "throughput"), "latency_ms": ("best_latency_ms", "latency (ms)")}
 X_TITLES = {"trial": "trial", "elapsed_s": "elapsed (s)"}
@@ -99,14 +100,17 @@ class CompareView:
             layout=W.Layout(width="180px"),
         )
         self.message = W.HTML("")
-        self.fig = go.FigureWidget()
-        self.fig.update_layout(
-            height=height,
-            template="plotly_white",
-            margin=dict(l=55, r=10, t=20, b=40),
-            hovermode="closest",
-            legend=dict(orientation="h", y=-0.2),
-            uirevision="keep",
+        self.fig = LiveFigure(
+            go.Figure(
+                layout=dict(
+                    height=height,
+                    template="plotly_white",
+                    margin=dict(l=55, r=10, t=20, b=40),
+                    hovermode="closest",
+                    legend=dict(orientation="h", y=-0.2),
+                    uirevision="keep",
+                )
+            )
         )
         self.series: list[dict] = []
         self.widget = W.VBox(
@@ -116,7 +120,7 @@ class CompareView:
                 W.HBox([self.x, self.metric]),
                 W.HBox([self.by_seed, self.band]),
                 self.message,
-                self.fig,
+                self.fig.box,
             ]
         )
         self.widget.add_class("wb-compare")  # a stable hook for browser tests

@@ -13,6 +13,7 @@ from workbench import analysis
 from workbench.dtypes import spec_rate_unit
 
 from .common import candidate_text, color_of
+from .live_figure import LiveFigure
 from .model import RECORDS, SESSION
 from .stats import decimate
 
@@ -45,16 +46,14 @@ def round_quality(records: list[dict], topk_share: float = 0.25) -> pd.DataFrame
 class CostModelView:
     def __init__(self, max_points: int = 400, height: int = 340):
         self.max_points = max_points
-        self.fig = go.FigureWidget(
-            make_subplots(
-                rows=1,
-                cols=2,
-                column_widths=[0.58, 0.42],
-                horizontal_spacing=0.09,
-                subplot_titles=("predicted score vs measured", "ranking quality per round"),
-            )
+        fig = make_subplots(
+            rows=1,
+            cols=2,
+            column_widths=[0.58, 0.42],
+            horizontal_spacing=0.09,
+            subplot_titles=("predicted score vs measured", "ranking quality per round"),
         )
-        self.fig.update_layout(
+        fig.update_layout(
             height=height,
             margin=dict(l=50, r=10, t=40, b=40),
             template="plotly_white",
@@ -62,10 +61,11 @@ class CostModelView:
             hovermode="closest",
             uirevision="keep",
         )
-        self.fig.update_xaxes(title_text="predicted score (higher = faster)", row=1, col=1)
-        self.fig.update_yaxes(title_text="measured GFLOPS", row=1, col=1)
-        self.fig.update_xaxes(title_text="round", row=1, col=2, dtick=1)
-        self.fig.update_yaxes(range=[-1.05, 1.05], row=1, col=2)
+        fig.update_xaxes(title_text="predicted score (higher = faster)", row=1, col=1)
+        fig.update_yaxes(title_text="measured GFLOPS", row=1, col=1)
+        fig.update_xaxes(title_text="round", row=1, col=2, dtick=1)
+        fig.update_yaxes(range=[-1.05, 1.05], row=1, col=2)
+        self.fig = LiveFigure(fig)
         self.quality = round_quality([])
         self._strategies: list[str] = []
         self._ids: list[list[int]] = []

@@ -97,7 +97,7 @@ class Dashboard:
         for view in (self.throughput, self.cost_model):
             view.on_select(self._select)
         self.tabs = W.Tab(
-            children=[self.cost_model.fig, self.table.widget, self.inspector.widget, self.sketches.widget],
+            children=[self.cost_model.fig.box, self.table.widget, self.inspector.widget, self.sketches.widget],
             titles=["Cost model", "Records", "Inspector", "Sketches"],
         )
         self.decisions = DecisionSpaceView(
@@ -111,7 +111,7 @@ class Dashboard:
         self.tabs.observe(self._tab_shown, names="selected_index")
         self.decisions.visible = False
         self.title = W.HTML(f"<h3 style='margin:4px 0'>{html.escape(title or 'Tuning Workbench')}</h3>")
-        self.widget = W.VBox([self.title, self.controls.widget, self.throughput.fig, self.tabs])
+        self.widget = W.VBox([self.title, self.controls.widget, self.throughput.fig.box, self.tabs])
         if session is not None:
             self.attach(session)
 

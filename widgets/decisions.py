@@ -45,6 +45,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .common import KNOWN
+from .live_figure import LiveFigure
 from .model import CONTROLLER, RECORDS, SESSION
 
 # Kinds of decision column.
@@ -752,8 +753,12 @@ class DecisionSpaceView:
         self._records_table = None
         self._throughput = None
         self._curve_traces: set = set()  # uids of the curve traces whose box/lasso selections select here
-        self.fig = go.FigureWidget(go.Parcoords(dimensions=[]))
-        self.fig.update_layout(height=height, margin=dict(l=70, r=70, t=60, b=30), template="plotly_white")
+        self.fig = LiveFigure(
+            go.Figure(
+                go.Parcoords(dimensions=[]),
+                layout=dict(height=height, margin=dict(l=70, r=70, t=60, b=30), template="plotly_white"),
+            )
+        )
         self.fig.data[0].on_change(self._on_dimensions, "dimensions")
         self.header = W.HTML("<i>no measured programs yet</i>")
         self.trials = W.Text(
@@ -765,29 +770,28 @@ class DecisionSpaceView:
         self.highlight_button = W.Button(description="Highlight", layout=W.Layout(width="90px"))
         self.clear_button = W.Button(description="Clear selection and brush", layout=W.Layout(width="190px"))
         self.message = W.HTML()
-        self.importance_fig = go.FigureWidget(
-            make_subplots(
-                rows=1,
-                cols=2,
-                horizontal_spacing=0.28,
-                subplot_titles=("what mattered for measured speed", "what the cost model relies on"),
-            )
+        importance = make_subplots(
+            rows=1,
+            cols=2,
+            horizontal_spacing=0.28,
+            subplot_titles=("what mattered for measured speed", "what the cost model relies on"),
         )
-        self.importance_fig.update_layout(
+        importance.update_layout(
             height=360, margin=dict(l=130, r=10, t=40, b=40), template="plotly_white", showlegend=False
         )
-        self.importance_fig.add_trace(go.Bar(orientation="h", marker_color="#1f77b4"), row=1, col=1)
-        self.importance_fig.add_trace(go.Bar(orientation="h", marker_color="#7f7f7f"), row=1, col=2)
-        self.importance_fig.update_xaxes(title_text="mean |SHAP| (log GFLOPS)", row=1, col=1)
-        self.importance_fig.update_xaxes(title_text="gain", row=1, col=2)
+        importance.add_trace(go.Bar(orientation="h", marker_color="#1f77b4"), row=1, col=1)
+        importance.add_trace(go.Bar(orientation="h", marker_color="#7f7f7f"), row=1, col=2)
+        importance.update_xaxes(title_text="mean |SHAP| (log GFLOPS)", row=1, col=1)
+        importance.update_xaxes(title_text="gain", row=1, col=2)
+        self.importance_fig = LiveFigure(importance)
         self.importance_note = W.HTML()
         self.widget = W.VBox(
             [
                 self.header,
                 W.HBox([self.trials, self.highlight_button, self.clear_button, self.message]),
-                self.fig,
+                self.fig.box,
                 self.importance_note,
-                self.importance_fig,
+                self.importance_fig.box,
                 W.HTML(f"<div style='font-size:12px;max-width:900px'>{READING}</div>"),
             ]
         )

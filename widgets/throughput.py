@@ -8,6 +8,7 @@ from plotly.subplots import make_subplots
 from workbench.dtypes import spec_rate_unit
 
 from .common import candidate_text, color_of, label
+from .live_figure import LiveFigure
 from .model import RECORDS, SESSION
 from .stats import decimate
 
@@ -34,16 +35,14 @@ class ThroughputView:
 
     def __init__(self, max_points: int = 400, height: int = 360):
         self.max_points = max_points
-        self.fig = go.FigureWidget(
-            make_subplots(
-                rows=1,
-                cols=2,
-                shared_yaxes=True,
-                horizontal_spacing=0.04,
-                subplot_titles=("best-so-far vs trial", "best-so-far vs wall time"),
-            )
+        fig = make_subplots(
+            rows=1,
+            cols=2,
+            shared_yaxes=True,
+            horizontal_spacing=0.04,
+            subplot_titles=("best-so-far vs trial", "best-so-far vs wall time"),
         )
-        self.fig.update_layout(
+        fig.update_layout(
             height=height,
             margin=dict(l=50, r=10, t=40, b=40),
             hovermode="closest",
@@ -51,9 +50,10 @@ class ThroughputView:
             template="plotly_white",
             uirevision="keep",
         )
-        self.fig.update_xaxes(title_text="trial", row=1, col=1)
-        self.fig.update_xaxes(title_text="elapsed (s)", row=1, col=2)
-        self.fig.update_yaxes(title_text="GFLOPS", row=1, col=1)
+        fig.update_xaxes(title_text="trial", row=1, col=1)
+        fig.update_xaxes(title_text="elapsed (s)", row=1, col=2)
+        fig.update_yaxes(title_text="GFLOPS", row=1, col=1)
+        self.fig = LiveFigure(fig)
         self._strategies: list[str] = []
         self._ids: list[list[int]] = []  # record id of every displayed point, per trace
         self._callbacks = []

@@ -13,6 +13,7 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
+from .live_figure import LiveFigure
 from .model import CONTROLLER, SESSION
 
 # (phase, lane label, colour), top lane first
@@ -90,18 +91,21 @@ class TimelineView:
     def __init__(self, height: int = 300):
         import ipywidgets as W
 
-        self.fig = go.FigureWidget()
-        self.fig.update_layout(
-            height=height,
-            template="plotly_white",
-            margin=dict(l=190, r=10, t=10, b=40),
-            barmode="overlay",
-            showlegend=False,
-            xaxis_title="session time (s)",
-            yaxis=dict(categoryorder="array", categoryarray=[lab for _p, lab, _c in reversed(LANES)]),
+        self.fig = LiveFigure(
+            go.Figure(
+                layout=dict(
+                    height=height,
+                    template="plotly_white",
+                    margin=dict(l=190, r=10, t=10, b=40),
+                    barmode="overlay",
+                    showlegend=False,
+                    xaxis_title="session time (s)",
+                    yaxis=dict(categoryorder="array", categoryarray=[lab for _p, lab, _c in reversed(LANES)]),
+                )
+            )
         )
         self.header = W.HTML("<i>no round finished yet</i>")
-        self.widget = W.VBox([self.header, self.fig])
+        self.widget = W.VBox([self.header, self.fig.box])
         self.frame = timeline_frame([])
 
     def refresh(self, model, changes: set) -> None:

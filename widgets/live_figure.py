@@ -1,0 +1,134 @@
+"""``LiveFigure``: a plotly ``FigureWidget`` that a browser draws whole, and draws again when it stopped listening.
+
+plotly's ``FigureWidget`` is an anywidget: every figure's front-end model imports plotly's JavaScript (~5 MB) anew.
+anywidget (0.9.16 and later) holds the messages for a model until that import is done, but gives it two seconds
+("[anywidget] Failed to initialize model."); past that, every message to the model is dropped for good, and its
+views draw the state the model was created with. plotly opens the model *before* it copies the figure into it,
+so such a figure shows plotly's bare default axes and never a point. A dashboard opens five figures at once, and
+on a busy 2-core machine (or a slow laptop) the import can take longer than two seconds: the dashboard's main plot
+then stayed empty for the whole session.
+
+Two remedies here:
+
+- the model is opened only once the figure is complete, so its creation state is the whole figure: whatever a
+  view draws first is right, and later edits arrive as plotly's usual messages;
+- a front end that stopped listening is found and replaced: once a view has reported (a view sends plotly's
+  trace deltas after drawing and after every trace edit, and a deaf model can still send), the figure asks for
+  one trace edit to be answered; when no view answers within ``answer_timeout_s``, the model is closed and a new
+  one opened with the figure as it is then, in the one-child box that shows the figure (``box``: only the
+  figure's own view is drawn again, not its neighbours'). At most ``max_reopens`` times. (Trace deltas, not layout deltas: plotly's JavaScript
+  sends its layout delta under a name its Python side does not know, ``_js2py_widget_layoutDelta``.)
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+
+class LiveFigure(go.FigureWidget):
+    """A ``go.FigureWidget`` opened with its complete state, re-opened when its front end stops answering.
+
+    Build the figure completely (``make_subplots``, ``update_layout``, ...) as a ``go.Figure`` and wrap it:
+    ``LiveFigure(fig)``; edit it afterwards as any ``FigureWidget``. Lay out ``fig.box`` (a box holding only the
+    figure), not the figure itself: a re-opened figure is shown again there.
+    """
+
+    answer_timeout_s = 10.0
+    max_reopens = 3
+    reopens = 0  # new front-end models opened so far (declared here: plotly refuses unknown public attributes)
+    box = None
+
+    def __init__(self, figure=None, **kwargs):
+        self._open_deferred = True  # ipywidgets opens the comm inside __init__, before plotly fills the widget
+        super().__init__(figure, **kwargs)
+        self._open_deferred = False
+        self._front_end_lock = threading.Lock()
+        self._timer = None
+        self._reset_front_end_state()
+        self.observe(self._view_reported, names=["_js2py_traceDeltas"])
+        self._open_complete()
+        self.box = W.VBox([self])
+
+    def open(self):
+        if getattr(self, "_open_deferred", False):
+            return
+        super().open()
+
+    # ------------------------------------------------------------------ opening
+    def _open_complete(self, state=None) -> None:
+        # what plotly's own _repr_mimebundle_ copies before a figure is shown on its own; a figure inside a
+        # container never gets that call
+        self._widget_layout, self._widget_data = state or self._snapshot()
+        self.open()
+
+    def _snapshot(self):
+        return self.layout.to_plotly_json(), [t.to_plotly_json() for t in self.data]
+
+    def _reset_front_end_state(self) -> None:
+        self._seen = False  # a view of the current model has reported
+        self._answered = -1  # the newest trace edit a view of the current model has drawn
+        self._asked = None  # the trace edit the views were asked to answer
+
+    # ------------------------------------------------------------------ the check
+    def _view_reported(self, change) -> None:
+        msg = change["new"]
+        if not msg:
+            return
+        with self._front_end_lock:
+            self._answered = max(self._answered, int(msg.get("trace_edit_id") or 0))
+            if self._seen:
+                return
+            self._seen = True
+            if self.reopens >= self.max_reopens:
+                return
+            # An empty restyle of no trace, which every view answers with its trace deltas. Sent as plotly's own
+            # message, not as an edit of the figure: this runs on the kernel's comm thread, and the figure may be
+            # inside a batch_update on the thread that draws it.
+            self._send_restyle_msg({}, trace_indexes=[])
+            self._asked = self._last_trace_edit_id
+            self._timer = threading.Timer(self.answer_timeout_s, self._check_answered)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def front_end_answers(self) -> bool | None:
+        """True once a view of the current model has answered the check, False while it has not, None before a
+        view has reported."""
+        with self._front_end_lock:
+            if self._asked is None:
+                return None
+            return self._answered >= self._asked
+
+    def _check_answered(self) -> None:
+        with self._front_end_lock:
+            if self._asked is None or self._answered >= self._asked:
+                return
+            try:
+                state = self._snapshot()
+            except RuntimeError:  # the figure changed under the copy (drawn by another thread): again, shortly
+                self._timer = threading.Timer(0.5, self._check_answered)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+            self.reopens += 1
+            self._reopen(state)
+        self.box.send_state("children")
+
+    def _reopen(self, state) -> None:
+        super().close()
+        # close() shadows plotly's display method with None; a figure re-opened must still display
+        self.__dict__.pop("_repr_mimebundle_", None)
+        # a new model id, so that a container re-sent its children draws the new model, not the closed one
+        self._model_id = None
+        self._reset_front_end_state()
+        self._open_complete(state)
+
+    def close(self):
+        timer = getattr(self, "_timer", None)  # also called by __del__, possibly of a half-built figure
+        if timer is not None:
+            timer.cancel()
+        if self.box is not None:
+            self.box.close()
+        super().close()
