@@ -63,7 +63,7 @@ def models_of(log, widget):
 def view_reports(fig, edit_id):
     """What a view's report (plotly's trace deltas, after drawing and after each trace edit) looks like when it
     reaches the kernel; a figure without traces has no deltas."""
-    fig._js2py_traceDeltas = {"trace_deltas": [], "trace_edit_id": edit_id}
+    fig.set_state({"_js2py_traceDeltas": {"trace_deltas": [], "trace_edit_id": edit_id}})
 
 
 def test_a_plain_figure_widget_opens_its_model_empty_and_a_live_figure_whole(opened):
@@ -85,25 +85,31 @@ def test_a_plain_figure_widget_opens_its_model_empty_and_a_live_figure_whole(ope
     live.close()
 
 
-def test_a_front_end_that_never_answers_gets_a_new_model_shown_in_its_box(opened):
+def wait_for(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def test_a_front_end_that_does_not_draw_an_edit_gets_a_new_model_shown_in_its_box(opened):
     fig = LiveFigure(subplots())
     fig.answer_timeout_s = 0.2
     around = W.VBox([W.HTML("above"), fig.box, W.HTML("below")])
-    first = fig.model_id
-    assert fig.front_end_answers() is None  # no view yet: nothing asked
-    # a view of a model that lost its messages reports the edit it was created with, and nothing later
+    first = models_of(opened, fig)[0]
+    # a view of a model that lost its messages reports the state it was created with, and nothing later
     view_reports(fig, 0)
-    asked = fig._last_trace_edit_id
-    assert asked > 0 and fig.front_end_answers() is False
-    assert any((m.get("state") or {}).get("_py2js_restyle") for m in models_of(opened, fig)[0].sent)
-    deadline = time.monotonic() + 10
-    while fig.model_id == first and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert fig.model_id != first and fig.reopens == 1
-    old = next(c for c in opened if c.comm_id == first)
-    assert old.closed
+    assert fig.front_end_listens() is None
+    assert not [m for m in first.sent if any(k.startswith("_py2js") for k in m.get("state", {}))], "nothing sent"
+    time.sleep(0.3)
+    assert fig.reopens == 0, "nothing was awaited: no edit was sent"
+    fig.data[0].y = [5, 6]
+    assert fig.front_end_listens() is False
+    assert wait_for(lambda: fig.reopens == 1)
+    assert first.closed and fig.model_id != first.comm_id
     state = models_of(opened, fig)[0].kwargs["data"]["state"]
     assert [a["text"] for a in state["_widget_layout"]["annotations"]] == ["left title", "right title"]
+    assert [list(t["y"]) for t in state["_widget_data"]] == [[5, 6]], "the new model holds the edit"
     assert state["_last_trace_edit_id"] == fig._last_trace_edit_id
     # the figure's box names the new model, so the browser draws it; its neighbours are left as they are
     box_updates = [m["state"]["children"] for m in models_of(opened, fig.box)[0].sent if "children" in m["state"]]
@@ -111,22 +117,37 @@ def test_a_front_end_that_never_answers_gets_a_new_model_shown_in_its_box(opened
     assert not [m for m in models_of(opened, around)[0].sent if "children" in m.get("state", {})]
     assert fig._repr_mimebundle_() is not None  # still displayable on its own
 
-    # the new model's view answers: nothing more happens
+    # the new model's view draws the next edit: it listens, and nothing is checked any more
     view_reports(fig, fig._last_trace_edit_id)
+    fig.data[0].y = [7, 8]
     view_reports(fig, fig._last_trace_edit_id)
-    assert fig.front_end_answers() is True
+    assert fig.front_end_listens() is True
+    fig.data[0].y = [9, 10]  # not drawn (yet): no longer awaited
     time.sleep(0.5)
     assert fig.reopens == 1 and not models_of(opened, fig)[0].closed
     fig.close()
 
 
-def test_a_front_end_that_answers_keeps_its_model(opened):
+def test_a_view_that_reports_after_edits_were_sent_must_draw_them(opened):
+    fig = LiveFigure(subplots())
+    fig.answer_timeout_s = 0.2
+    fig.data[0].y = [5, 6]  # no view yet: nothing awaited
+    time.sleep(0.3)
+    assert fig.reopens == 0
+    view_reports(fig, 0)  # drawn from the model's creation state, the edit not applied
+    assert fig.front_end_listens() is False
+    assert wait_for(lambda: fig.reopens == 1)
+    fig.close()
+
+
+def test_a_front_end_that_draws_edits_keeps_its_model(opened):
     fig = LiveFigure(subplots())
     fig.answer_timeout_s = 0.2
     first = fig.model_id
     view_reports(fig, fig._last_trace_edit_id)
-    view_reports(fig, fig._last_trace_edit_id)  # the answer to the check
-    assert fig.front_end_answers() is True
+    fig.data[0].y = [5, 6]
+    view_reports(fig, fig._last_trace_edit_id)
+    assert fig.front_end_listens() is True
     time.sleep(0.5)
     assert fig.model_id == first and fig.reopens == 0
     fig.close()
@@ -135,8 +156,9 @@ def test_a_front_end_that_answers_keeps_its_model(opened):
 def test_a_front_end_that_never_listens_is_replaced_a_bounded_number_of_times(opened):
     fig = LiveFigure(subplots())
     fig.answer_timeout_s = 0.05
-    for _ in range(fig.max_reopens + 2):
+    for i in range(fig.max_reopens + 2):
         view_reports(fig, 0)
+        fig.data[0].y = [i, i]
         time.sleep(0.3)
     assert fig.reopens == fig.max_reopens
     fig.close()
@@ -156,3 +178,15 @@ def test_the_dashboards_figures_are_laid_out_in_their_boxes(opened):
         assert fig.box in container.children and fig not in container.children
     dash.close()
     assert dash.throughput.fig.box.comm is None, "closing the dashboard closes the figures' boxes"
+
+
+def test_a_closed_figure_is_not_opened_again_by_a_pending_check(opened):
+    fig = LiveFigure(subplots())
+    fig.answer_timeout_s = 0.2
+    models = len(opened)
+    view_reports(fig, 0)
+    fig.data[0].y = [5, 6]
+    fig.close()
+    time.sleep(0.6)
+    assert fig.comm is None and fig.box.comm is None and fig.reopens == 0
+    assert len(opened) == models, "no model opened since"

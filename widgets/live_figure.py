@@ -12,12 +12,16 @@ Two remedies here:
 
 - the model is opened only once the figure is complete, so its creation state is the whole figure: whatever a
   view draws first is right, and later edits arrive as plotly's usual messages;
-- a front end that stopped listening is found and replaced: once a view has reported (a view sends plotly's
-  trace deltas after drawing and after every trace edit, and a deaf model can still send), the figure asks for
-  one trace edit to be answered; when no view answers within ``answer_timeout_s``, the model is closed and a new
-  one opened with the figure as it is then, in the one-child box that shows the figure (``box``: only the
-  figure's own view is drawn again, not its neighbours'). At most ``max_reopens`` times. (Trace deltas, not layout deltas: plotly's JavaScript
-  sends its layout delta under a name its Python side does not know, ``_js2py_widget_layoutDelta``.)
+- a front end that stopped listening is found and replaced. A view reports plotly's trace deltas after it drew
+  the figure and after every trace edit it applied (a deaf model can still send). Once a view of the current
+  model has reported, the first trace edit it has not drawn yet is awaited: when no view has drawn it after
+  ``answer_timeout_s``, the model is closed and a new one opened with the figure as it is then, in the
+  one-child box that shows the figure (``box``: only the figure's own view is drawn again, not its neighbours');
+  once a view has drawn one, the model is known to listen and nothing more is checked. At most ``max_reopens``
+  times. The check sends nothing of its own: a healthy figure costs no message and no redraw. A re-opened figure
+  is drawn anew by the browser whenever the check fails, also while a session times a kernel: the noise guard
+  sees that like any other load. (Trace deltas, not layout deltas: plotly's JavaScript sends its layout delta
+  under a name its Python side does not know, ``_js2py_widget_layoutDelta``.)
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ class LiveFigure(go.FigureWidget):
         self._open_deferred = False
         self._front_end_lock = threading.Lock()
         self._timer = None
+        self._closed = False
         self._reset_front_end_state()
         self.observe(self._view_reported, names=["_js2py_traceDeltas"])
+        self.observe(self._edit_sent, names=["_last_trace_edit_id"])
         self._open_complete()
         self.box = W.VBox([self])
 
@@ -69,41 +75,53 @@ class LiveFigure(go.FigureWidget):
 
     def _reset_front_end_state(self) -> None:
         self._seen = False  # a view of the current model has reported
+        self._listens = False  # a view of the current model has drawn an edit sent after the model opened
         self._answered = -1  # the newest trace edit a view of the current model has drawn
-        self._asked = None  # the trace edit the views were asked to answer
+        self._asked = None  # the trace edit awaited
 
     # ------------------------------------------------------------------ the check
     def _view_reported(self, change) -> None:
+        """A view's trace deltas (plotly's message; on the kernel's comm thread)."""
         msg = change["new"]
         if not msg:
             return
         with self._front_end_lock:
             self._answered = max(self._answered, int(msg.get("trace_edit_id") or 0))
-            if self._seen:
-                return
             self._seen = True
-            if self.reopens >= self.max_reopens:
-                return
-            # An empty restyle of no trace, which every view answers with its trace deltas. Sent as plotly's own
-            # message, not as an edit of the figure: this runs on the kernel's comm thread, and the figure may be
-            # inside a batch_update on the thread that draws it.
-            self._send_restyle_msg({}, trace_indexes=[])
-            self._asked = self._last_trace_edit_id
-            self._timer = threading.Timer(self.answer_timeout_s, self._check_answered)
-            self._timer.daemon = True
-            self._timer.start()
+            if self._asked is not None and self._answered >= self._asked:
+                self._listens = True
+            self._await(self._last_trace_edit_id)
 
-    def front_end_answers(self) -> bool | None:
-        """True once a view of the current model has answered the check, False while it has not, None before a
-        view has reported."""
+    def _edit_sent(self, change) -> None:
+        """A trace edit about to be sent (on the thread that edits the figure)."""
         with self._front_end_lock:
-            if self._asked is None:
-                return None
-            return self._answered >= self._asked
+            self._await(change["new"])
+
+    def _await(self, edit_id: int) -> None:
+        if (
+            self._listens
+            or not self._seen
+            or self._asked is not None
+            or edit_id <= self._answered
+            or self.reopens >= self.max_reopens
+        ):
+            return
+        self._asked = edit_id
+        self._timer = threading.Timer(self.answer_timeout_s, self._check_answered)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def front_end_listens(self) -> bool | None:
+        """True once a view of the current model has drawn an edit sent after the model opened, False while one
+        is awaited, None before that is known."""
+        with self._front_end_lock:
+            if self._listens:
+                return True
+            return None if self._asked is None else False
 
     def _check_answered(self) -> None:
         with self._front_end_lock:
-            if self._asked is None or self._answered >= self._asked:
+            if self._closed or self._asked is None or self._answered >= self._asked:
                 return
             try:
                 state = self._snapshot()
@@ -120,12 +138,13 @@ class LiveFigure(go.FigureWidget):
         super().close()
         # close() shadows plotly's display method with None; a figure re-opened must still display
         self.__dict__.pop("_repr_mimebundle_", None)
-        # a new model id, so that a container re-sent its children draws the new model, not the closed one
+        # a new model id, so that the box, re-sent its children, draws the new model and not the closed one
         self._model_id = None
         self._reset_front_end_state()
         self._open_complete(state)
 
     def close(self):
+        self._closed = True  # a check already running must not open the figure again
         timer = getattr(self, "_timer", None)  # also called by __del__, possibly of a half-built figure
         if timer is not None:
             timer.cancel()
