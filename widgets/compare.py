@@ -101,15 +101,13 @@ class CompareView:
         )
         self.message = W.HTML("")
         self.fig = LiveFigure(
-            go.Figure(
-                layout=dict(
-                    height=height,
-                    template="plotly_white",
-                    margin=dict(l=55, r=10, t=20, b=40),
-                    hovermode="closest",
-                    legend=dict(orientation="h", y=-0.2),
-                    uirevision="keep",
-                )
+            layout=dict(
+                height=height,
+                template="plotly_white",
+                margin=dict(l=55, r=10, t=20, b=40),
+                hovermode="closest",
+                legend=dict(orientation="h", y=-0.2),
+                uirevision="keep",
             )
         )
         self.series: list[dict] = []

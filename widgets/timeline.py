@@ -92,16 +92,14 @@ class TimelineView:
         import ipywidgets as W
 
         self.fig = LiveFigure(
-            go.Figure(
-                layout=dict(
-                    height=height,
-                    template="plotly_white",
-                    margin=dict(l=190, r=10, t=10, b=40),
-                    barmode="overlay",
-                    showlegend=False,
-                    xaxis_title="session time (s)",
-                    yaxis=dict(categoryorder="array", categoryarray=[lab for _p, lab, _c in reversed(LANES)]),
-                )
+            layout=dict(
+                height=height,
+                template="plotly_white",
+                margin=dict(l=190, r=10, t=10, b=40),
+                barmode="overlay",
+                showlegend=False,
+                xaxis_title="session time (s)",
+                yaxis=dict(categoryorder="array", categoryarray=[lab for _p, lab, _c in reversed(LANES)]),
             )
         )
         self.header = W.HTML("<i>no round finished yet</i>")
