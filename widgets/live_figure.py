@@ -74,10 +74,8 @@ class LiveFigure(go.FigureWidget):
         return self.layout.to_plotly_json(), [t.to_plotly_json() for t in self.data]
 
     def _reset_front_end_state(self) -> None:
-        self._seen = False  # a view of the current model has reported
-        self._listens = False  # a view of the current model has drawn an edit sent after the model opened
-        self._answered = -1  # the newest trace edit a view of the current model has drawn
-        self._asked = None  # the trace edit awaited
+        self._answered = -1  # the newest trace edit a view of the current model has drawn (-1: none reported)
+        self._asked = None  # the trace edit awaited; once drawn, the model is known to listen
 
     # ------------------------------------------------------------------ the check
     def _view_reported(self, change) -> None:
@@ -87,9 +85,6 @@ class LiveFigure(go.FigureWidget):
             return
         with self._front_end_lock:
             self._answered = max(self._answered, int(msg.get("trace_edit_id") or 0))
-            self._seen = True
-            if self._asked is not None and self._answered >= self._asked:
-                self._listens = True
             self._await(self._last_trace_edit_id)
 
     def _edit_sent(self, change) -> None:
@@ -98,16 +93,15 @@ class LiveFigure(go.FigureWidget):
             self._await(change["new"])
 
     def _await(self, edit_id: int) -> None:
-        if (
-            self._listens
-            or not self._seen
-            or self._asked is not None
-            or edit_id <= self._answered
-            or self.reopens >= self.max_reopens
-        ):
+        # one edit awaited per model: no view reported yet, or one already awaited (and perhaps drawn), is enough
+        if self._answered < 0 or self._asked is not None or edit_id <= self._answered:
             return
-        self._asked = edit_id
-        self._timer = threading.Timer(self.answer_timeout_s, self._check_answered)
+        if self.reopens < self.max_reopens:
+            self._asked = edit_id
+            self._start_timer(self.answer_timeout_s)
+
+    def _start_timer(self, delay: float) -> None:
+        self._timer = threading.Timer(delay, self._check_answered)
         self._timer.daemon = True
         self._timer.start()
 
@@ -115,9 +109,7 @@ class LiveFigure(go.FigureWidget):
         """True once a view of the current model has drawn an edit sent after the model opened, False while one
         is awaited, None before that is known."""
         with self._front_end_lock:
-            if self._listens:
-                return True
-            return None if self._asked is None else False
+            return None if self._asked is None else self._answered >= self._asked
 
     def _check_answered(self) -> None:
         with self._front_end_lock:
@@ -126,9 +118,7 @@ class LiveFigure(go.FigureWidget):
             try:
                 state = self._snapshot()
             except RuntimeError:  # the figure changed under the copy (drawn by another thread): again, shortly
-                self._timer = threading.Timer(0.5, self._check_answered)
-                self._timer.daemon = True
-                self._timer.start()
+                self._start_timer(0.5)
                 return
             self.reopens += 1
             self._reopen(state)
