@@ -259,20 +259,30 @@ def test_batch_runner_returns_results_in_order_and_stops_when_told(batch_runner,
     assert runner.run_many(items, proceed=lambda: False) == [None, None, None]
 
 
-@pytest.mark.parametrize("name", sorted(RUNNERS))
-def test_runner_close_ends_its_workers_and_is_idempotent(name, request, kernels):
+def _children() -> set:
     import psutil
 
-    def children():
-        alive = set()
-        for c in psutil.Process().children(recursive=True):
-            try:
-                if c.status() != psutil.STATUS_ZOMBIE:
-                    alive.add(c.pid)
-            except psutil.NoSuchProcess:  # exited between the listing and the look
-                pass
-        return alive
+    alive = set()
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                alive.add(c.pid)
+        except psutil.NoSuchProcess:  # exited between the listing and the look
+            pass
+    return alive
 
+
+def _until_gone(pids: set, seconds: float = 10) -> set:
+    gone = time.monotonic() + seconds
+    while pids & _children() and time.monotonic() < gone:
+        time.sleep(0.05)
+    return pids & _children()
+
+
+@pytest.mark.parametrize("name", sorted(RUNNERS))
+def test_runner_close_ends_its_workers_and_is_idempotent(name, request, kernels, monkeypatch):
+    monkeypatch.setenv(measure.WARM_ENV, "0")  # nothing kept warm: close() ends them (kept: the test below)
+    children = _children
     spec = _runner_spec(name, request)  # the RPC servers (a module fixture) are not this runner's workers
     before = children()
     r = measure.make_runner(spec, TARGET, PRESET)
@@ -281,10 +291,66 @@ def test_runner_close_ends_its_workers_and_is_idempotent(name, request, kernels)
     assert children() - before, "the runner started no worker process"
     r.close()
     r.close()
-    gone = time.monotonic() + 10
-    while children() - before and time.monotonic() < gone:
-        time.sleep(0.05)
-    assert not children() - before, "a worker outlived close()"
+    assert not _until_gone(children() - before), "a worker outlived close()"
+
+
+def test_a_closed_pools_workers_serve_the_next_pool_of_its_kind(kernels, monkeypatch):
+    """A session's pools, closed, keep their TVM-importing processes warm for the next session's (measure.WARM):
+    the same processes answer, then end when WARM's time is up or at end_all."""
+    monkeypatch.setattr(measure, "WARM", measure.WarmWorkers(seconds=60))
+    paths, shapes = kernels
+    before = _children()
+    b, r = measure.make_builder(TARGET, PRESET, workers=1), measure.make_runner(None, TARGET, PRESET)
+    good, *_ = bad_modules()
+    [built] = b.build([good])
+    assert r.run(built.path, shapes).error_class is None
+    workers = _children() - before
+    assert len(workers) == 2  # one builder worker, one runner worker
+    b.close()
+    r.close()
+    r.close()
+    assert sorted(measure.WARM.kinds()) == [("builder", 1, PRESET.build_timeout), ("runner", 1)]
+    assert not os.path.exists(built.path)  # the artifacts go with the builder, the processes stay
+
+    b2, r2 = measure.make_builder(TARGET, PRESET, workers=1), measure.make_runner(None, TARGET, PRESET)
+    assert measure.WARM.kinds() == []
+    [again] = b2.build([good])
+    assert r2.run(again.path, shapes).error_class is None
+    assert _children() - before == workers, "the next pools started processes of their own"
+    # a runner of another kind (thread count) is not served by them
+    r4 = measure.make_runner(None, {"kind": "llvm", "num-cores": 2}, PRESET)
+    assert r4.run(again.path, shapes).error_class is None
+    assert len(_children() - before) == 3
+    r4.close()
+    b2.close()
+    r2.close()
+    measure.WARM.end_all()
+    assert not _until_gone(_children() - before), "a parked worker outlived end_all()"
+
+
+def test_a_malformed_warm_time_is_refused_when_a_pool_is_made(monkeypatch):
+    monkeypatch.setenv(measure.WARM_ENV, "a while")
+    with pytest.raises(WorkbenchError, match="WORKBENCH_WARM_WORKERS_S must be a number of seconds, not 'a while'"):
+        measure.make_runner(None, TARGET, PRESET)
+
+
+def test_workers_are_kept_warm_only_for_a_while(kernels, monkeypatch):
+    monkeypatch.setattr(measure, "WARM", measure.WarmWorkers(seconds=0.5))
+    paths, shapes = kernels
+    before = _children()
+    r = measure.make_runner(None, TARGET, PRESET)
+    assert r.run(paths["good"], shapes).error_class is None
+    r.close()
+    assert measure.WARM.kinds() == [("runner", 1)]
+    assert not _until_gone(_children() - before), "a parked worker outlived its time"
+    assert measure.WARM.kinds() == []
+    # a worker still timing when its runner closes is ended, not parked
+    r = measure.make_runner(None, TARGET, PRESET)
+    pending = r._worker.submit(time.sleep, 1.0)
+    r.close()
+    assert measure.WARM.kinds() == []
+    with pytest.raises(Exception):
+        pending.result(timeout=10)
 
 
 def test_make_runner_passes_a_runner_through_and_rejects_a_bad_url(pools):

@@ -93,7 +93,9 @@ class Builder(Protocol):
     ``discard(path)`` deletes one artifact (and its directory); ``None`` or an artifact
     already discarded is a no-op. Artifacts live until discarded or until ``close()``.
 
-    ``close()`` stops the worker processes and deletes every artifact not yet discarded;
+    ``close()`` deletes every artifact not yet discarded and releases the worker processes:
+    it stops them, or hands them to ``measure.WARM``, which keeps them for the next builder of
+    the same kind in this process for a while and then stops them (``measure.Builder``);
     calling it again does nothing. No other method may be called after it.
 
     Thread-safety: every method may be called from any thread.
@@ -134,8 +136,10 @@ class Runner(Protocol):
     ``measures_locally``: True when kernels run on this machine, so that its load disturbs
     the timings (``noise.NoiseGuard`` then watches it).
 
-    ``close()`` stops the runner's processes and connections; calling it again does nothing.
-    No other method may be called after it.
+    ``close()`` releases the runner's processes and connections: it stops them, or hands an
+    idle worker process to ``measure.WARM``, which keeps it for the next runner of the same
+    kind in this process for a while and then stops it (``measure.Runner``); calling it again
+    does nothing. No other method may be called after it.
 
     Errors that are no candidate's fault (an RPC runner that gets no free server) raise
     ``errors.WorkbenchError``: the session stops instead of recording failures.

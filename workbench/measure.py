@@ -12,6 +12,10 @@ intrinsic: 16 s or more). Here the pools live as long as the session:
   another machine (linked there, for its own system).
 * ``Runner``: one process times kernels with TVM's ``time_evaluator``; a
   timed-out or crashed kernel kills only that worker, which is restarted.
+* Closed, both hand their processes to ``WARM``, which keeps them for the next
+  pool of the same kind in this process (``$WORKBENCH_WARM_WORKERS_S``, default
+  120 s), so that the next session in a notebook or a test does not wait for new
+  workers to import TVM.
 
 Timing settings (documented in docs/measurement.md): ``repeat`` results are taken
 after one warm-up call, each the mean of ``number`` runs, with ``number`` raised
@@ -41,12 +45,14 @@ plain shapes takes the dtypes from there (``arg_types``); a caller may also give
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import json
 import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -231,6 +237,98 @@ def _pool(workers: int, timeout: float, num_threads: int = 1):
     return PopenPoolExecutor(max_workers=workers, timeout=timeout, initializer=_worker_init, initargs=(num_threads,))
 
 
+# How long a closed pool's worker processes stay warm for the next pool of the same kind in this process
+# ($WORKBENCH_WARM_WORKERS_S; 0: none are kept, close() ends them).
+WARM_ENV = "WORKBENCH_WARM_WORKERS_S"
+WARM_DEFAULT_S = 120.0
+
+
+def _warm_seconds() -> float:
+    raw = os.environ.get(WARM_ENV, "").strip()
+    if not raw:
+        return WARM_DEFAULT_S
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise WorkbenchError(f"{WARM_ENV} must be a number of seconds, not {raw!r}") from None
+
+
+class WarmWorkers:
+    """Worker processes of closed pools, kept for the next pool of the same kind in this process.
+
+    Each new worker imports TVM (about 2 s of a core); a session opens a builder with two workers and a runner
+    with one, so on a 2-core machine every new session waited some 4 s for processes the previous one had just
+    ended - at each Start in a notebook, and in every test. ``park(kind, obj, end)`` keeps ``obj`` (a worker
+    pool in a state to take more calls) under ``kind`` for ``seconds``, then calls ``end(obj)``; ``take(kind)``
+    hands it back, or None. One object per kind: a second one parked of the same kind is ended at once, as is
+    everything when ``seconds`` is 0 and at the interpreter's exit (``end_all``). Thread-safe."""
+
+    def __init__(self, seconds: float | None = None):
+        self._seconds = seconds
+        self._lock = threading.Lock()
+        self._idle: dict = {}  # kind -> (obj, end, timer)
+        atexit.register(self.end_all)
+
+    @property
+    def seconds(self) -> float:
+        return _warm_seconds() if self._seconds is None else self._seconds
+
+    def take(self, kind):
+        self.seconds  # noqa: B018 - a malformed $WORKBENCH_WARM_WORKERS_S is refused here, when a pool is made
+        with self._lock:
+            entry = self._idle.pop(kind, None)
+        if entry is None:
+            return None
+        entry[2].cancel()
+        return entry[0]
+
+    def park(self, kind, obj, end) -> bool:
+        """Keep ``obj`` warm; True if it was kept, False if ``end(obj)`` was called instead."""
+        try:
+            seconds = self.seconds
+        except WorkbenchError:  # set wrong after the pool was made: its processes end rather than leak
+            seconds = 0.0
+        if seconds <= 0:
+            end(obj)
+            return False
+        timer = threading.Timer(seconds, self._expire, (kind, obj))
+        timer.daemon = True
+        with self._lock:
+            kept = kind not in self._idle
+            if kept:
+                self._idle[kind] = (obj, end, timer)
+        if not kept:
+            end(obj)
+            return False
+        timer.start()
+        return True
+
+    def _expire(self, kind, obj) -> None:
+        with self._lock:
+            entry = self._idle.get(kind)
+            if entry is None or entry[0] is not obj:
+                return
+            del self._idle[kind]
+        entry[1](obj)
+
+    def kinds(self) -> list:
+        with self._lock:
+            return list(self._idle)
+
+    def end_all(self) -> None:
+        with self._lock:
+            entries, self._idle = list(self._idle.values()), {}
+        for obj, end, timer in entries:
+            timer.cancel()
+            try:
+                end(obj)
+            except Exception:  # noqa: BLE001 - at exit: a worker already gone is fine
+                pass
+
+
+WARM = WarmWorkers()
+
+
 class WorkerProcess:
     """One persistent TVM worker process (``tvm.exec.popen_worker``) with a timeout per call.
 
@@ -243,7 +341,8 @@ class WorkerProcess:
 
     ``PopenPoolExecutor`` takes one timeout for the pool's life, and TVM has no public way to
     change it; ``PopenWorker.send`` takes one per call, so a single worker is built on that.
-    ``close()`` kills the process; calls in flight fail; calling it again does nothing.
+    ``close()`` kills the process; calls in flight or queued fail; calling it again does nothing.
+    ``idle``: open, and no call submitted that has not returned.
     """
 
     def __init__(self, timeout: float | None = None, initializer=None, initargs: tuple = ()):
@@ -253,20 +352,44 @@ class WorkerProcess:
         self._worker = PopenWorker(initializer, initargs)
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self._closed = False
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+
+    @property
+    def idle(self) -> bool:
+        with self._pending_lock:
+            return not self._closed and self._pending == 0
 
     def submit(self, fn, *args, timeout: float | None = None) -> concurrent.futures.Future:
-        return self._thread.submit(self._call, fn, args, self.timeout if timeout is None else timeout)
+        with self._pending_lock:
+            self._pending += 1
+        try:
+            return self._thread.submit(self._call, fn, args, self.timeout if timeout is None else timeout)
+        except BaseException:
+            with self._pending_lock:
+                self._pending -= 1
+            raise
 
     def _call(self, fn, args, timeout):
-        self._worker.send(fn, args, None, timeout)
-        return self._worker.recv()
+        try:
+            # under the lock: a call either reaches the process before close() kills it (and fails with it) or
+            # sees it closed; never does it start a new process after close()
+            with self._pending_lock:
+                if self._closed:
+                    raise ChildProcessError("the worker process was closed")
+                self._worker.send(fn, args, None, timeout)
+            return self._worker.recv()
+        finally:
+            with self._pending_lock:
+                self._pending -= 1
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._pending_lock:
+            if self._closed:
+                return
+            self._closed = True
         self._worker.kill()
-        self._thread.shutdown(wait=False)
+        self._thread.shutdown(wait=False, cancel_futures=True)
 
 
 class Builder(interfaces.Builder):
@@ -279,10 +402,13 @@ class Builder(interfaces.Builder):
         self.timeout = timeout
         self.artifact = artifact
         self.dir = tempfile.mkdtemp(prefix="workbench-build-")
-        self._pool = _pool(workers, timeout)
+        self._kind = ("builder", int(workers), timeout)
+        self._pool = WARM.take(self._kind)
+        if self._pool is None:
+            self._pool = _pool(workers, timeout)
+            # Start the workers now (each imports TVM: ~2 s) while the session prepares its search.
+            self._warm = [self._pool.submit(_ready) for _ in range(workers)]
         self._save_json = tvm.ir.save_json
-        # Start the workers now (each imports TVM: ~2 s) while the session prepares its search.
-        self._warm = [self._pool.submit(_ready) for _ in range(workers)]
 
     def build(self, mods: list) -> list[BuildResult]:
         futs = [
@@ -304,7 +430,10 @@ class Builder(interfaces.Builder):
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
     def close(self):
-        self._pool.shutdown(wait=False)
+        """Deletes the artifacts; the worker processes go to ``WARM`` (ended after its seconds) or end now."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            WARM.park(self._kind, pool, lambda p: p.shutdown(wait=False))
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -319,8 +448,12 @@ class Runner(interfaces.Runner):
         self.num_threads = int(num_threads)
         self.timeout = timeout
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
-        self._worker = WorkerProcess(timeout, _worker_init, (self.num_threads,))
-        self._warm = self._worker.submit(_ready)
+        self._kind = ("runner", self.num_threads)
+        self._worker = WARM.take(self._kind)
+        if self._worker is None:
+            self._worker = WorkerProcess(timeout, _worker_init, (self.num_threads,))
+            self._warm = self._worker.submit(_ready)
+        self._worker.timeout = timeout
 
     def _call(self, timeout, fn, *args):
         return self._worker.submit(fn, *args, timeout=timeout or self.timeout).result()
@@ -353,7 +486,14 @@ class Runner(interfaces.Runner):
             return None, cls, msg
 
     def close(self):
-        self._worker.close()
+        """The worker process goes to ``WARM`` (ended after its seconds) if no call is in flight, else ends now."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        if worker.idle:
+            WARM.park(self._kind, worker, WorkerProcess.close)
+        else:
+            worker.close()
 
 
 def make_builder(target: dict, preset, workers: int | None = None, runner_spec="local") -> Builder:
