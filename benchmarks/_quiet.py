@@ -435,7 +435,8 @@ class Protocol:
     def phase(self, name: str) -> dict:
         """The checks before a phase, recorded: no other process busy, and the host as fast as it has been
         (the probe within ``max_probe_drift`` of the fastest reading on this machine). Exits with status 3
-        when either fails (after a bounded wait between phases), unless forced."""
+        when either fails (after a bounded wait between phases), unless forced: a forced run reads both once,
+        waits for neither, and is marked invalid when either fails."""
         first = not self.checks
         r = require_quiet(
             name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s, started=not first
@@ -461,7 +462,8 @@ class Protocol:
             stable = spread is None or spread <= MAX_PROBE_SPREAD
             waited = time.monotonic() - t0
             drift_done = drift <= limit or (self.host_drift == "record" and waited >= RECORD_DRIFT_WAIT_S)
-            if (stable and drift_done) or waited >= self.host_wait_s:
+            # a forced run is invalid whatever the host does: it takes one reading and goes on
+            if self.force or (stable and drift_done) or waited >= self.host_wait_s:
                 break
             time.sleep(10)
         out = {

@@ -477,9 +477,17 @@ def test_an_unsteady_host_is_refused_even_when_drift_is_only_recorded(monkeypatc
     r = patient.phase("start")
     assert r["quiet"] is True and r["host_ok"] is False
     assert _quiet.RECORD_DRIFT_WAIT_S <= r["host_waited_s"] <= _quiet.RECORD_DRIFT_WAIT_S + 10
-    unsteady = _quiet.Protocol("test", 2, force=True, seconds=0.01, reference=ref, host_drift="record", host_wait_s=600)
+    unsteady = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=600)
     unsteady._probe_once = lambda: {"median_ms": 0.9, "spread": 0.9}
-    assert unsteady.phase("start")["host_waited_s"] >= 600  # the whole wait, then refused (here forced)
+    with pytest.raises(SystemExit):
+        unsteady.phase("start")  # the whole wait, then refused
+    assert clock["t"] >= 600
+    # forced: one reading, no wait, the run marked invalid
+    forced = _quiet.Protocol("test", 2, force=True, seconds=0.01, reference=ref, host_drift="record", host_wait_s=600)
+    forced._probe_once = lambda: {"median_ms": 0.9, "spread": 0.9}
+    t = clock["t"]
+    r = forced.phase("start")
+    assert r["host_waited_s"] == 0 and clock["t"] == t and r["quiet"] is False and forced.summary()["valid"] is False
 
 
 def test_one_slow_probe_window_does_not_make_a_host_unsteady(monkeypatch, tmp_path):
