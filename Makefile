@@ -67,10 +67,18 @@ $(CHROMIUM):
 	  echo "NOTE: no apt-get here: install Chromium as $(CHROMIUM) yourself, the browser test needs it"; \
 	fi
 
+# Two parts: the tests that tune, build and execute notebooks run in TEST_WORKERS processes (pytest-xdist, one test
+# file per process at a time: module fixtures are built once); those marked `serial` (they read the machine's load,
+# time wall seconds, or drive a browser) run after them, alone. Both parts run even when the first fails.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) chromium $(LAB_DEFAULTS) torch-env
 	$(BIN)/ruff check workbench widgets tests benchmarks
 	$(BIN)/ruff format --check workbench widgets tests benchmarks
-	$(BIN)/python -m pytest -q -ra --durations=15
+	status=0; \
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not serial" -n $(TEST_WORKERS) --dist loadfile || status=$$?; \
+	$(BIN)/python -m pytest -q -ra --durations=10 -m serial || status=$$?; \
+	exit $$status
 
 # Performance against MetaSchedule, vendor libraries and the machine's peak -> docs/results/performance.md.
 # torch (oneDNN, the conv vendor baseline) lives in its own environment, never in .venv; when it cannot be

@@ -22,6 +22,9 @@ import _protocol  # noqa: E402
 import _quiet  # noqa: E402
 import _report  # noqa: E402
 
+# the protocol's quiet checks read the machine's load: nothing else may run (`make test` runs these alone)
+pytestmark = pytest.mark.serial
+
 PEAK_OUT = """isa avx2-fma
 lanes 8
 threads 2

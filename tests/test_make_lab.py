@@ -19,7 +19,8 @@ QUICKSTART = "notebooks/01_quickstart.ipynb"
 STARTUP_TIMEOUT = 120
 STOP_TIMEOUT = 30
 
-pytestmark = pytest.mark.timeout(300)
+# `make lab` as a newcomer runs it, on a machine of its own (`make test` runs these alone)
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(300)]
 
 
 def _free_port() -> int:

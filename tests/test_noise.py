@@ -19,6 +19,9 @@ from workbench.store import ADDED_COLUMNS, SCHEMA_VERSION, RecordStore
 
 from .shapes import SMALL
 
+# readings of the machine's load, beside hogs of the test's own: nothing else may run (`make test` runs these alone)
+pytestmark = pytest.mark.serial
+
 HOG = "import time\nend = time.time() + float(__import__('sys').argv[1])\nwhile time.time() < end: pass\n"
 
 

@@ -25,6 +25,9 @@ from workbench.noise import MeasurementGate
 from workbench.replay import ReplaySession
 from workbench.store import RecordStore
 
+# redraw budgets and the measurement gate's waits are timed in wall seconds (`make test` runs these alone)
+pytestmark = pytest.mark.serial
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_DB = os.path.join(ROOT, "notebooks", "data", "demo_session.db")
 
