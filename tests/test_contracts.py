@@ -282,16 +282,15 @@ def _until_gone(pids: set, seconds: float = 10) -> set:
 @pytest.mark.parametrize("name", sorted(RUNNERS))
 def test_runner_close_ends_its_workers_and_is_idempotent(name, request, kernels, monkeypatch):
     monkeypatch.setenv(measure.WARM_ENV, "0")  # nothing kept warm: close() ends them (kept: the test below)
-    children = _children
     spec = _runner_spec(name, request)  # the RPC servers (a module fixture) are not this runner's workers
-    before = children()
+    before = _children()
     r = measure.make_runner(spec, TARGET, PRESET)
     paths, shapes = kernels
     assert r.run(paths["good"], shapes).error_class is None  # its workers are up
-    assert children() - before, "the runner started no worker process"
+    assert _children() - before, "the runner started no worker process"
     r.close()
     r.close()
-    assert not _until_gone(children() - before), "a worker outlived close()"
+    assert not _until_gone(_children() - before), "a worker outlived close()"
 
 
 def test_a_closed_pools_workers_serve_the_next_pool_of_its_kind(kernels, monkeypatch):
@@ -318,10 +317,10 @@ def test_a_closed_pools_workers_serve_the_next_pool_of_its_kind(kernels, monkeyp
     assert r2.run(again.path, shapes).error_class is None
     assert _children() - before == workers, "the next pools started processes of their own"
     # a runner of another kind (thread count) is not served by them
-    r4 = measure.make_runner(None, {"kind": "llvm", "num-cores": 2}, PRESET)
-    assert r4.run(again.path, shapes).error_class is None
+    two_threads = measure.make_runner(None, {"kind": "llvm", "num-cores": 2}, PRESET)
+    assert two_threads.run(again.path, shapes).error_class is None
     assert len(_children() - before) == 3
-    r4.close()
+    two_threads.close()
     b2.close()
     r2.close()
     measure.WARM.end_all()
@@ -330,8 +329,9 @@ def test_a_closed_pools_workers_serve_the_next_pool_of_its_kind(kernels, monkeyp
 
 def test_a_malformed_warm_time_is_refused_when_a_pool_is_made(monkeypatch):
     monkeypatch.setenv(measure.WARM_ENV, "a while")
-    with pytest.raises(WorkbenchError, match="WORKBENCH_WARM_WORKERS_S must be a number of seconds, not 'a while'"):
-        measure.make_runner(None, TARGET, PRESET)
+    for make in (lambda: measure.make_runner(None, TARGET, PRESET), lambda: measure.make_builder(TARGET, PRESET)):
+        with pytest.raises(WorkbenchError, match="WORKBENCH_WARM_WORKERS_S must be a number of seconds, not 'a while'"):
+            make()
 
 
 def test_workers_are_kept_warm_only_for_a_while(kernels, monkeypatch):

@@ -401,9 +401,9 @@ class Builder(interfaces.Builder):
         self.target = target
         self.timeout = timeout
         self.artifact = artifact
-        self.dir = tempfile.mkdtemp(prefix="workbench-build-")
         self._kind = ("builder", int(workers), timeout)
         self._pool = WARM.take(self._kind)
+        self.dir = tempfile.mkdtemp(prefix="workbench-build-")
         if self._pool is None:
             self._pool = _pool(workers, timeout)
             # Start the workers now (each imports TVM: ~2 s) while the session prepares its search.
