@@ -274,7 +274,10 @@ class WarmWorkers:
         return _warm_seconds() if self._seconds is None else self._seconds
 
     def take(self, kind):
-        self.seconds  # noqa: B018 - a malformed $WORKBENCH_WARM_WORKERS_S is refused here, when a pool is made
+        """The object parked under ``kind``, or None. Refuses a malformed ``$WORKBENCH_WARM_WORKERS_S`` here, when a
+        pool is made, rather than when it is closed."""
+        if self._seconds is None:
+            _warm_seconds()
         with self._lock:
             entry = self._idle.pop(kind, None)
         if entry is None:
