@@ -384,7 +384,7 @@ class Protocol:
     """One benchmark run under the protocol: its quiet checks, probe readings, commit and wall time.
 
     ``wait_s``: how long a check between phases waits for the machine to become quiet before it stops the
-    run (the start check refuses at once). ``threshold``/``seconds``: see ``require_quiet``.
+    run (the start check refuses at once; a forced run never waits). ``threshold``/``seconds``: see ``require_quiet``.
 
     ``host_drift``: what a slow host (the probe more than ``max_probe_drift`` slower than its best on this
     machine, with no local process busy) does to the run. ``"refuse"`` (for scripts that compare figures
@@ -438,9 +438,9 @@ class Protocol:
         when either fails (after a bounded wait between phases), unless forced: a forced run reads both once,
         waits for neither, and is marked invalid when either fails."""
         first = not self.checks
-        r = require_quiet(
-            name, self.force, self.threshold, self.seconds, wait_s=0.0 if first else self.wait_s, started=not first
-        )
+        # a forced run is marked invalid by the first busy reading: waiting could not make it valid again
+        wait_s = 0.0 if first or self.force else self.wait_s
+        r = require_quiet(name, self.force, self.threshold, self.seconds, wait_s=wait_s, started=not first)
         r.update(self._host_check(name, started=not first))
         r["quiet"] = r["quiet"] and (r["host_ok"] is not False if self.host_drift == "refuse" else r["host_stable"])
         self.checks.append(r)

@@ -2,7 +2,7 @@
 report and the benchmark protocol.
 
 Synthetic inputs, except for the protocol's quiet check beside real CPU hogs, the calibration probe and one
-numpy re-measurement worker (a few seconds each); no benchmark is run.
+numpy re-measurement worker (a few seconds each); no benchmark is run. None of them judges a timing.
 """
 
 import itertools
@@ -21,9 +21,6 @@ sys.path.insert(0, BENCH)
 import _protocol  # noqa: E402
 import _quiet  # noqa: E402
 import _report  # noqa: E402
-
-# the protocol's quiet checks read the machine's load: nothing else may run (`make test` runs these alone)
-pytestmark = pytest.mark.serial
 
 PEAK_OUT = """isa avx2-fma
 lanes 8
@@ -280,6 +277,9 @@ def hogs():
             p.wait()
 
 
+# the one test that reads the machine's real load: its hogs would slow whatever ran beside it, so `make test` runs
+# it alone (the others give the protocol a made-up load)
+@pytest.mark.serial
 def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, capsys):
     with pytest.raises(SystemExit) as e:
         _quiet.require_quiet("tuning resnet18.conv2", force=False, seconds=0.5)
@@ -300,6 +300,9 @@ def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, 
     p = _quiet.Protocol("test", 2, force=True, seconds=0.5, reference=None)
     p._probe_once = lambda: {"median_ms": 1.0}
     assert p.phase("start")["quiet"] is False
+    # between phases too, a forced run takes one reading: it is invalid already, no wait could mend that
+    later = p.phase("timing numpy")
+    assert later["quiet"] is False and later["waited_s"] < 0.5 * p.wait_s
     s = p.summary()
     assert s["valid"] is False and s["forced"] is True and s["checks"][0]["phase"] == "start"
     assert "**INVALID**" in p.markdown()
@@ -943,8 +946,30 @@ def test_policy_simulation_replays_the_fixed_sessions_rounds():
     # an arm whose recorded rounds run out is marked exhausted, not replayed
     best, used = sim.simulate({"no-rewrite": [1.0] * 2, "pre-transformed": [2.0] * 20}, "optimistic-best", 1, 64, 8)
     assert used == {"no-rewrite": 2, "pre-transformed": 6} and best == 1.0
+    # the candidate level-split: transform-stage, then no-rewrite, dropped once each has had 16 trials and is
+    # behind at equal trials
+    best, used = sim.simulate(rounds, "level-split", 1, 128, 8)
+    assert best == 0.5 and used == {"no-rewrite": 2, "transform-stage": 2, "pre-transformed": 12}
     md = sim.table({("l", 0): rounds}, 128, 8)
     assert "| optimistic-best, warm-up 2 | 1.000 | 1/1 |" in md and "| optimistic-best | 2.000 | 0/1 |" in md
+
+
+def test_policy_simulation_reads_a_ledgers_best_so_far_curves_as_rounds(tmp_path):
+    import al_ansor_sim as sim
+
+    def write(layer, method, curve):
+        entry = {"layer": layer, "seed": 0, "method": method, "commit": None, "run": {"curve": curve}}
+        (tmp_path / f"{layer}__seed0__{method}.json").write_text(json.dumps(entry))
+
+    write("l", "no-rewrite", [None, 2.0, 2.0, 1.5, 1.5])
+    write("l", "transform-stage", [3.0] * 5)
+    write("l", "pre-transformed", [None, None, None, 1.0, 0.9])
+    write("l", "adaptive", [1.0] * 5)  # not a fixed session: not replayed
+    write("half", "no-rewrite", [1.0] * 5)  # a layer without all three fixed sessions: left out
+    data = sim.ledger_rounds(str(tmp_path), 2)
+    assert data == {
+        ("l", 0): {"no-rewrite": [2.0, 1.5, 1.5], "transform-stage": [3.0] * 3, "pre-transformed": [None, 1.0, 0.9]}
+    }
 
 
 def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests(tmp_path):
