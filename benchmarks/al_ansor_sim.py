@@ -1,6 +1,6 @@
 """Arm policies compared offline, by replaying the fixed-strategy sessions of an AL-Ansor store.
 
-    python benchmarks/al_ansor_sim.py [--db benchmarks/out/al_ansor-design.db] [--trials 128]
+    python benchmarks/al_ansor_sim.py [--db benchmarks/out/al_ansor-design.db | --ledger DIR] [--trials 128]
 
 For every (layer, seed) whose three fixed sessions (no-rewrite, transform-stage, pre-transformed) are in the
 store, a simulated adaptive session runs the real controller (``workbench.controller``) with each policy: when
@@ -11,6 +11,11 @@ the same trials. What it leaves out: an adaptive session's arms share one cost m
 searches, so its rounds are not the fixed sessions' rounds; and the latencies are the sessions' own timings,
 taken at different moments on a host that may drift. A diagnosis tool for choosing what to tune next (the
 policy, the warm-up), not a result: results come from ``al_ansor.py``'s interleaved re-measurement.
+
+``--ledger``: the runs of an ``al_ansor.py`` ledger folder instead of a store (another machine's runs, whose store
+is gone). A ledger keeps each run's best-so-far curve, not its records, so a round's figure is its arm's best after
+that round: the same to every policy that judges arms by their bests, not to ``ucb-gain``'s per-round gains, which
+is left out then.
 
 Prints one table (Markdown) to stdout; nothing is tuned or timed.
 """
@@ -38,7 +43,50 @@ POLICIES = [
     ("ucb-gain", "ucb-gain", 1),
     ("halving", "halving", 1),
     ("uniform (mean of 20 seeds)", "uniform", 1),
+    ("level-split (a candidate, not in the controller)", "level-split", 1),
 ]
+
+
+class LevelSplitPolicy:
+    """A candidate policy, tried here before anything goes into the controller: keep every arm level with the best
+    and split the trials evenly among them (fewest trials first); prune an arm only once it has had ``min_trials``
+    and is more than ``margin`` times slower than the best any other live arm had after as many trials. Between two
+    arms within a few per cent of each other the winner is mostly search luck, which committing to one gives up.
+    (Replayed over the evaluation layers it came out level with the default, so it is not in the controller.)"""
+
+    name = "level-split"
+
+    def __init__(self, margin: float = 1.10, min_trials: int = 16):
+        self.margin, self.min_trials = margin, min_trials
+
+    def snapshot(self) -> dict:
+        return {}
+
+    def restore(self, snapshot: dict) -> None:
+        pass
+
+    def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
+        pass
+
+    def scores(self, arms, live) -> dict:
+        most = max((arms[s].trials for s in live), default=0)
+        return {s: 1.0 + (most - arms[s].trials) / max(most, 1) for s in live}
+
+    def prune(self, arms, live) -> list:
+        from workbench.controller import ProjectedBestPolicy
+
+        out = []
+        for s in live:
+            a = arms[s]
+            if a.trials < self.min_trials or len(live) - len(out) <= 1:
+                continue
+            rivals = [ProjectedBestPolicy._best_at(arms[o], a.trials) for o in live if o != s and arms[o].history]
+            if rivals and a.best_ms > self.margin * min(rivals):
+                out.append(s)
+        return out
+
+
+CANDIDATES = {LevelSplitPolicy.name: LevelSplitPolicy}
 
 
 def fixed_rounds(db: str, per_round: int) -> dict:
@@ -67,6 +115,22 @@ def fixed_rounds(db: str, per_round: int) -> dict:
     return {k: v for k, v in out.items() if set(v) == set(FIXED)}
 
 
+def ledger_rounds(ledger: str, per_round: int) -> dict:
+    """``fixed_rounds`` from a ledger folder: each round's figure is the arm's best after it (None before its first
+    valid program)."""
+    sys.path.insert(0, HERE)
+    import al_ansor
+
+    out: dict = {}
+    for (layer, seed, method), run in al_ansor.load_ledger(ledger).items():
+        if method not in FIXED:
+            continue
+        curve = run["curve"]
+        rounds = [curve[min(i + per_round, len(curve)) - 1] for i in range(0, len(curve), per_round)]
+        out.setdefault((layer, seed), {})[method] = rounds
+    return {k: v for k, v in out.items() if set(v) == set(FIXED)}
+
+
 def best_after(rounds: list, n_rounds: int) -> float:
     xs = [x for x in rounds[:n_rounds] if x is not None]
     return min(xs) if xs else math.inf
@@ -76,7 +140,8 @@ def simulate(rounds: dict, policy: str, warmup: int, trials: int, per_round: int
     """(best latency, rounds per arm) of a simulated adaptive session over the arms' recorded rounds."""
     from workbench.controller import StrategyController, make_policy
 
-    c = StrategyController(list(rounds), "auto", make_policy(policy, seed=seed), warmup_rounds=warmup)
+    arm_policy = CANDIDATES[policy]() if policy in CANDIDATES else make_policy(policy, seed=seed)
+    c = StrategyController(list(rounds), "auto", arm_policy, warmup_rounds=warmup)
     used = {s: 0 for s in rounds}
     best = {s: math.inf for s in rounds}
     g = None
@@ -103,7 +168,7 @@ def geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
-def table(data: dict, trials: int, per_round: int) -> str:
+def table(data: dict, trials: int, per_round: int, policies: list = POLICIES) -> str:
     n = trials // per_round
     lines = [
         f"Simulated from the fixed sessions ({len(data)} layer/seed pairs, {trials} trials, {per_round} per round): "
@@ -113,7 +178,7 @@ def table(data: dict, trials: int, per_round: int) -> str:
         "| policy | vs best fixed (geomean) | within 2 % | vs " + " | vs ".join(FIXED) + " | trials per arm |",
         "|---|---|---|" + "---|" * len(FIXED) + "---|",
     ]
-    for label, policy, warmup in POLICIES:
+    for label, policy, warmup in policies:
         ratios, within, per_fixed, alloc = [], 0, {s: [] for s in FIXED}, {s: [] for s in FIXED}
         for rounds in data.values():
             finals = {s: best_after(rounds[s], n) for s in FIXED}
@@ -138,16 +203,24 @@ def table(data: dict, trials: int, per_round: int) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", default=os.path.join(HERE, "out", "al_ansor-design.db"))
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--db", default=os.path.join(HERE, "out", "al_ansor-design.db"))
+    src.add_argument("--ledger", help="an al_ansor.py ledger folder instead of a store")
     ap.add_argument("--trials", type=int, default=128)
     ap.add_argument("--trials-per-round", type=int, default=8)
     args = ap.parse_args()
-    if not os.path.exists(args.db):
-        sys.exit(f"al_ansor_sim.py: no store {args.db!r} (run benchmarks/al_ansor.py first)")
-    data = fixed_rounds(args.db, args.trials_per_round)
+    if args.ledger:
+        if not os.path.isdir(args.ledger):
+            sys.exit(f"al_ansor_sim.py: no ledger folder {args.ledger!r}")
+        where, data = args.ledger, ledger_rounds(args.ledger, args.trials_per_round)
+        policies = [p for p in POLICIES if p[1] != "ucb-gain"]
+    else:
+        if not os.path.exists(args.db):
+            sys.exit(f"al_ansor_sim.py: no store {args.db!r} (run benchmarks/al_ansor.py first)")
+        where, data, policies = args.db, fixed_rounds(args.db, args.trials_per_round), POLICIES
     if not data:
-        sys.exit(f"al_ansor_sim.py: {args.db!r} holds no layer with all three fixed sessions")
-    print(table(data, args.trials, args.trials_per_round), end="")
+        sys.exit(f"al_ansor_sim.py: {where!r} holds no layer with all three fixed sessions")
+    print(table(data, args.trials, args.trials_per_round, policies), end="")
     return 0
 
 
