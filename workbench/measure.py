@@ -410,7 +410,8 @@ class Builder(interfaces.Builder):
         if self._pool is None:
             self._pool = _pool(workers, timeout)
             # Start the workers now (each imports TVM: ~2 s) while the session prepares its search.
-            self._warm = [self._pool.submit(_ready) for _ in range(workers)]
+            for _ in range(workers):
+                self._pool.submit(_ready)
         self._save_json = tvm.ir.save_json
 
     def build(self, mods: list) -> list[BuildResult]:
@@ -455,7 +456,7 @@ class Runner(interfaces.Runner):
         self._worker = WARM.take(self._kind)
         if self._worker is None:
             self._worker = WorkerProcess(timeout, _worker_init, (self.num_threads,))
-            self._warm = self._worker.submit(_ready)
+            self._worker.submit(_ready)  # the process starts importing TVM now
         self._worker.timeout = timeout
 
     def _call(self, timeout, fn, *args):
