@@ -120,9 +120,10 @@ class LiveFigure(go.FigureWidget):
             except RuntimeError:  # the figure changed under the copy (drawn by another thread): again, shortly
                 self._start_timer(0.5)
                 return
-            self.reopens += 1
             self._reopen(state)
         self.box.send_state("children")
+        # counted once the new model is whole and named by its box: whoever reads the count may use both
+        self.reopens += 1
 
     def _reopen(self, state) -> None:
         super().close()
