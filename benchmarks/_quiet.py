@@ -32,8 +32,8 @@ The protocol:
 4. **A peak is an upper bound.** ``check_peak``: a peak microbenchmark below a figure a kernel achieved is a
    bug in the microbenchmark, reported as a problem, never published as the peak.
 
-A script creates one ``Protocol(name, threads, force)``, calls ``start()`` (the "start" check and the probe
-before), ``phase(...)`` before each phase, ``finish()`` (the probe after), and puts ``summary()`` into its
+A script creates one ``Protocol(name, threads, force)``, calls ``start()`` (the "start" check, whose last probe
+reading is the probe before), ``phase(...)`` before each phase, ``finish()`` (the probe after), and puts ``summary()`` into its
 JSON and ``markdown()`` at the top of its page. Standard library and workbench only.
 """
 
@@ -427,6 +427,7 @@ class Protocol:
         self.wait_s = wait_s
         self.checks: list = []
         self.probes: dict = {}
+        self._last_probe: dict | None = None
         self.started = time.strftime("%Y-%m-%d %H:%M:%S")
         self._t0 = time.monotonic()
         self.git = git_state()
@@ -452,7 +453,7 @@ class Protocol:
         limit = noise.NoisePolicy().max_probe_drift
         t0 = time.monotonic()
         while True:
-            r = self._probe_once()
+            r = self._last_probe = self._probe_once()
             ms = r.get("median_ms")
             if ms is None:  # the probe itself failed: the host's speed is unknown, neither good nor bad
                 return {"host_ok": None, "host_stable": True, "probe_ms": None, "probe_error": r.get("error")}
@@ -508,12 +509,16 @@ class Protocol:
         except (RuntimeError, subprocess.SubprocessError) as e:
             return {"error": str(e)}
 
-    def probe(self, when: str) -> dict:
-        """The calibration probe in a fresh process, recorded under ``when`` ("before", "after", ...)."""
-        try:
-            r = probe_reading(self.threads)
-        except (RuntimeError, subprocess.SubprocessError) as e:
-            r = {"error": str(e), "threads": self.threads}
+    def probe(self, when: str, reading: dict | None = None) -> dict:
+        """The calibration probe in a fresh process (or ``reading``, one just taken), recorded under ``when``
+        ("before", "after", ...)."""
+        r = dict(reading) if reading is not None else None
+        if r is None:
+            try:
+                r = probe_reading(self.threads)
+            except (RuntimeError, subprocess.SubprocessError) as e:
+                r = {"error": str(e), "threads": self.threads}
+        r.setdefault("threads", self.threads)
         r["time"] = time.strftime("%Y-%m-%d %H:%M:%S")
         self.probes[when] = r
         if r.get("median_ms"):
@@ -523,7 +528,9 @@ class Protocol:
 
     def start(self) -> None:
         self.phase("start")
-        self.probe("before")
+        # the start check's last reading was timed just now, in a fresh process: it is the reading before the run
+        last = self._last_probe
+        self.probe("before", last if last and last.get("median_ms") else None)
 
     def finish(self) -> None:
         self.probe("after")

@@ -310,7 +310,7 @@ def test_require_quiet_refuses_beside_cpu_hogs_with_one_line_and_status_3(hogs, 
 
 def test_protocol_is_valid_on_a_quiet_machine_and_records_run_facts(monkeypatch):
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.01))
-    probes = iter([1.0, 1.0, 1.05, 1.1])  # phase "start", probe before, phase "tuning x", probe after
+    probes = iter([1.0, 1.05, 1.1])  # phase "start" (its reading is the probe before), phase "tuning x", after
     monkeypatch.setattr(
         _quiet,
         "probe_reading",
@@ -323,6 +323,7 @@ def test_protocol_is_valid_on_a_quiet_machine_and_records_run_facts(monkeypatch)
     s = p.summary()
     assert s["valid"] is True and [c["phase"] for c in s["checks"]] == ["start", "tuning x"]
     assert s["probe"]["before"]["median_ms"] == 1.0 and s["probe"]["drift"] == pytest.approx(0.1)
+    assert next(probes, None) is None  # three readings timed: the start check's was not taken twice
     assert s["threads"] == 2 and s["command"] == " ".join(sys.argv) and s["wall_s"] >= 0
     assert re.fullmatch("[0-9a-f]{40}", s["git"]["commit"]) and isinstance(s["git"]["dirty"], bool)
     json.dumps(s)
@@ -335,7 +336,7 @@ def test_protocol_run_that_started_on_a_slow_host_is_invalid_in_hindsight(monkey
     # a new machine (no reference) whose host is slow at the start: every check passes against the best known
     # then, and only the probe after the run shows how fast the host really is
     monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.0))
-    probes = iter([0.74, 0.74, 0.72, 0.50])  # phase "start", probe before, phase "tuning x", probe after
+    probes = iter([0.74, 0.72, 0.50])  # phase "start" (its reading is the probe before), phase "tuning x", after
     monkeypatch.setattr(
         _quiet,
         "probe_reading",
@@ -425,7 +426,7 @@ def test_protocol_records_a_slow_host_when_its_comparisons_are_interleaved(monke
     ref = str(tmp_path / "probe_reference.json")
     json.dump({"2": 0.50}, open(ref, "w"))
     p = _quiet.Protocol("test", 2, seconds=0.01, reference=ref, host_drift="record", host_wait_s=0.0)
-    readings = iter([0.80, 0.80, 0.55, 0.70])  # phase "start", probe before, phase "tuning x", probe after
+    readings = iter([0.80, 0.55, 0.70])  # phase "start" (its reading is the probe before), "tuning x", after
     monkeypatch.setattr(
         _quiet,
         "probe_reading",
