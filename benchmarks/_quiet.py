@@ -33,8 +33,8 @@ The protocol:
    bug in the microbenchmark, reported as a problem, never published as the peak.
 
 A script creates one ``Protocol(name, threads, force)``, calls ``start()`` (the "start" check, whose last probe
-reading is the probe before), ``phase(...)`` before each phase, ``finish()`` (the probe after), and puts ``summary()`` into its
-JSON and ``markdown()`` at the top of its page. Standard library and workbench only.
+reading is the probe before), ``phase(...)`` before each phase, ``finish()`` (the probe after), and puts
+``summary()`` into its JSON and ``markdown()`` at the top of its page. Standard library and workbench only.
 """
 
 from __future__ import annotations
