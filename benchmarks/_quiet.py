@@ -384,7 +384,8 @@ class Protocol:
     """One benchmark run under the protocol: its quiet checks, probe readings, commit and wall time.
 
     ``wait_s``: how long a check between phases waits for the machine to become quiet before it stops the
-    run (the start check refuses at once; a forced run never waits). ``threshold``/``seconds``: see ``require_quiet``.
+    run (the start check refuses at once; a forced run never waits). ``threshold``/``seconds``: see
+    ``require_quiet``.
 
     ``host_drift``: what a slow host (the probe more than ``max_probe_drift`` slower than its best on this
     machine, with no local process busy) does to the run. ``"refuse"`` (for scripts that compare figures
@@ -512,8 +513,9 @@ class Protocol:
     def probe(self, when: str, reading: dict | None = None) -> dict:
         """The calibration probe in a fresh process (or ``reading``, one just taken), recorded under ``when``
         ("before", "after", ...)."""
-        r = dict(reading) if reading is not None else None
-        if r is None:
+        if reading is not None:
+            r = dict(reading)
+        else:
             try:
                 r = probe_reading(self.threads)
             except (RuntimeError, subprocess.SubprocessError) as e:
