@@ -528,11 +528,25 @@ class Protocol:
             _save_reference(self.reference, self.threads, self.best_probe_ms)
         return r
 
-    def start(self) -> None:
-        self.phase("start")
+    def start(self, phase: str = "start") -> None:
+        """The run's first check and its probe before. ``phase`` names the phase that follows at once, if one
+        does: the start check is then that phase's, not taken twice."""
+        self.phase(phase)
         # the start check's last reading was timed just now, in a fresh process: it is the reading before the run
         last = self._last_probe
         self.probe("before", last if last and last.get("median_ms") else None)
+
+    def enter(self, phase: str) -> dict:
+        """``phase``'s check, the first one entered starting the run: a run that turns out to have nothing to
+        do (everything kept from an earlier one) takes no check and no probe at all."""
+        if not self.checks:
+            self.start(phase)
+            return self.checks[-1]
+        return self.phase(phase)
+
+    @property
+    def has_started(self) -> bool:
+        return bool(self.checks)
 
     def finish(self) -> None:
         self.probe("after")

@@ -14,15 +14,19 @@ other networks, both layouts, several shapes, ``EVAL_LAYERS``), reported once
 per method version. Each session's best program at each checkpoint (128 and
 the full budget) is rebuilt from its stored trace and re-measured, all methods
 of a layer set interleaved in shuffled order, ``--repeats`` times; the median
-is its latency. Latency is the *deployment* latency of the strategy:
+is its latency. Then the standalone self-check: each layer's fastest program in
+``--db`` timed again alone by ``workbench best DB LAYER --time`` against its
+re-measured median (within 5 %; the page names the layers it could not check,
+e.g. runs kept only in the ledger). Latency is the *deployment* latency of the strategy:
 transform-stage pays its weight copy on every call, the others transform
 weights once, offline. Improvements are reported per (layer, seed) pair with
 their mean and 95 % interval (t distribution over the pairs) and geomean.
 
-The run follows the benchmark protocol (``_quiet.py``): a quiet check before the
-start, before every tuning session and before the re-measurement (status 3 and
-one line when the machine is busy; ``--force`` marks the result invalid), the
-calibration probe before and after, every thread pool sized to ``--threads``.
+The run follows the benchmark protocol (``_quiet.py``): a quiet check before every
+tuning session and before the re-measurement, the first of them starting the run
+(status 3 and one line when the machine is busy; ``--force`` marks the result
+invalid), the calibration probe before and after, every thread pool sized to
+``--threads``; a run with nothing left to tune checks nothing.
 Runs are resumable: ``--resume`` keeps every finished session in ``--db`` and
 extends shorter ones to ``--trials`` (so a 128-trial run grows into the 256 one).
 Every finished session is also written to the ledger (``--ledger``, default
@@ -549,7 +553,6 @@ def main():
     # every comparison on the page comes from one interleaved re-measurement (remeasure): a slow host is
     # recorded beside it, not refused
     protocol = _quiet.Protocol(f"al_ansor-{args.set}", threads, args.force, host_drift="record")
-    protocol.start()
     if not args.report_only:
         os.makedirs(os.path.dirname(db), exist_ok=True)
         prev = {}
@@ -576,13 +579,14 @@ def main():
                 # its store is another machine's: the run starts again here
                 old = None
             if stop_by is not None and time.time() + longest > stop_by:
-                protocol.finish()
+                if protocol.has_started:
+                    protocol.finish()
                 print(
                     f"[{time.time() - t0:7.0f}s] stopped before {args.stop_by} (--stop-by); go on with --resume",
                     file=sys.stderr,
                 )
                 return
-            protocol.phase(f"tuning {layer} seed {seed} {m}")
+            protocol.enter(f"tuning {layer} seed {seed} {m}")
             how = f"extended from {old['trials']} trials" if old else "new"
             print(f"[{time.time() - t0:7.0f}s] {layer} seed {seed} {m} ({how})", file=sys.stderr, flush=True)
             session_id, took = tune(
@@ -599,7 +603,8 @@ def main():
             longest = max(longest, took)
             export_runs(collect(db, session_id=session_id), ledger, commit=commit, tuned={(layer, seed, m)})
     if args.tune_only:
-        protocol.finish()
+        if protocol.has_started:
+            protocol.finish()
         print(f"[{time.time() - t0:7.0f}s] tuned into {db}; not re-measured (--tune-only)", file=sys.stderr)
         return
     # a report-only run has read the runs already; a tuning run reads them again, with the sessions it added
@@ -617,9 +622,15 @@ def main():
             best_at[(layer, seed, m, k)] = key
             winner[(layer, seed, m, k)] = best["strategy"]
     _quiet.quiesce()
-    protocol.phase("re-measuring the winners")
+    protocol.enter("re-measuring the winners")
     print(f"[{time.time() - t0:7.0f}s] re-measuring {len(entries)} programs x {args.repeats}", file=sys.stderr)
     timed = remeasure(list(entries.values()), args.repeats, target)
+    kernels, unchecked = self_check_kernels(db, layers, timed)
+    checks = []
+    if kernels:
+        protocol.enter("the standalone self-check")
+        print(f"[{time.time() - t0:7.0f}s] standalone self-check: {len(kernels)} programs", file=sys.stderr)
+        checks = _quiet.standalone_self_check(kernels, threads, ROOT)
     protocol.finish()
 
     result = {
@@ -652,6 +663,8 @@ def main():
         "tuned_at_commit": {f"{l}|{s}|{m}": r.get("commit") for (l, s, m), r in runs.items()},
         "wall_seconds": round(time.time() - t0, 1),
         "command": "python " + " ".join(sys.argv),
+        "self_check": checks,
+        "self_check_skipped": unchecked,
         "protocol": protocol.summary(),
     }
     result["analysis"] = analyse(result)
@@ -660,6 +673,35 @@ def main():
         json.dump(result, f, indent=1)
     _write_curves_html(result, args.results)
     _write_md(args.results)
+
+
+def self_check_kernels(db: str, layers: list, timed: dict) -> tuple[list, dict]:
+    """What the standalone self-check times: per layer, the program ``workbench best DB LAYER --time`` picks (the
+    store's fastest verified record), with the re-measurement's median for the same program as the table's
+    figure. The second value names each layer left out and why: no store on this machine (runs kept only in the
+    ledger), no verified program of the layer in it, or its best not among the programs re-measured (a run of a
+    method, seed or budget this report leaves out)."""
+    from workbench.store import RecordStore
+
+    if not os.path.exists(db):
+        return [], {layer: "no records store on this machine (the runs come from the ledger)" for layer in layers}
+    kernels, skipped = [], {}
+    store = RecordStore(db, readonly=True)
+    try:
+        for layer in layers:
+            b = store.best(layer)
+            figure = timed.get((layer, b["mod_hash"]), {}).get("median_ms") if b else None
+            if b is None:
+                skipped[layer] = "no verified program in the store"
+            elif figure is None:
+                skipped[layer] = f"the store's best (record {b['id']}) is not among the programs re-measured"
+            else:
+                kernels.append(
+                    {"db": db, "workload": layer, "table_ms": figure, "label": f"{layer} (record {b['id']})"}
+                )
+    finally:
+        store.close()
+    return kernels, skipped
 
 
 def analyse(res) -> dict:
@@ -843,11 +885,30 @@ def _set_md(res) -> list:
                 + f" | {_fmt((res.get('noise_waited_seconds') or {}).get(key), 0)} |"
             )
     L += _pairs_md(res)
+    L += _self_check_md(res)
     L += [
         "",
         f"Interactive best-so-far curves: [{_report_name(res)}_curves.html]({_report_name(res)}_curves.html).",
         "",
     ]
+    return L
+
+
+def _self_check_md(res) -> list:
+    """The standalone self-check, with the layers it could not check and why; a report from before it says so."""
+    if "self_check" not in res:
+        return ["", "No standalone self-check in this report (it predates the script's own; see the analysis below)."]
+    L = []
+    if res["self_check"]:
+        md = _quiet.self_check_markdown(
+            res["self_check"],
+            what="Each layer's fastest program in the records store (the one `workbench best` picks; its table "
+            "figure: the re-measurement's median for that program)",
+        )
+        L += ["", md.replace("## Standalone self-check", "### Standalone self-check", 1).rstrip("\n")]
+    skipped = res.get("self_check_skipped") or {}
+    if skipped:
+        L += ["", "Not checked: " + "; ".join(f"{layer}: {why}" for layer, why in skipped.items()) + "."]
     return L
 
 

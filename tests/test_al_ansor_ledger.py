@@ -80,6 +80,41 @@ def test_the_ledgers_best_programs_rebuild_and_time(tuned, tmp_path):
         assert t["n"] == 2 and t["median_ms"] > 0
 
 
+def test_the_self_check_times_each_layers_store_best_against_its_remeasured_figure(tuned, tmp_path):
+    from workbench.store import RecordStore
+
+    db, _ = tuned
+    store = RecordStore(db, readonly=True)
+    b = store.best(LAYER)
+    store.close()
+    timed = {(LAYER, b["mod_hash"]): {"median_ms": 0.5}, (LAYER, "another program"): {"median_ms": 0.4}}
+    kernels, skipped = al_ansor.self_check_kernels(db, [LAYER, "resnet18.conv2"], timed)
+    assert kernels == [{"db": db, "workload": LAYER, "table_ms": 0.5, "label": f"{LAYER} (record {b['id']})"}]
+    assert skipped == {"resnet18.conv2": "no verified program in the store"}
+    _, skipped = al_ansor.self_check_kernels(db, [LAYER], {(LAYER, "another program"): {"median_ms": 0.4}})
+    assert skipped[LAYER] == f"the store's best (record {b['id']}) is not among the programs re-measured"
+    assert al_ansor.self_check_kernels(str(tmp_path / "gone.db"), [LAYER], timed) == (
+        [],
+        {LAYER: "no records store on this machine (the runs come from the ledger)"},
+    )
+    rows = [
+        dict(
+            kernels[0],
+            command=f"workbench best {db} {LAYER} --time --threads 1 --json",
+            standalone_ms=0.51,
+            spread=0.02,
+            noisy=False,
+            ratio=1.02,
+            agrees=True,
+        )
+    ]
+    md = "\n".join(al_ansor._self_check_md({"self_check": rows, "self_check_skipped": skipped}))
+    assert "### Standalone self-check" in md and "**1/1 within 5 % of the table**" in md
+    assert f"| {LAYER} (record {b['id']}) | 0.5 | 0.51 (2 %) | 1.020 | yes |" in md
+    assert f"Not checked: {LAYER}: the store's best (record {b['id']}) is not among" in md
+    assert "No standalone self-check in this report" in al_ansor._self_check_md({})[-1]  # an older report
+
+
 def test_a_run_goes_on_from_the_ledger_alone_and_reports_from_it(tmp_path):
     """The script end to end, as on a second machine: its store gone, --resume keeps the ledger's runs and
     --report-only re-measures them."""
@@ -118,6 +153,9 @@ def test_a_run_goes_on_from_the_ledger_alone_and_reports_from_it(tmp_path):
     assert res["latency_ms"][f"{LAYER}|0|no-rewrite|8"] > 0
     assert res["tuned_at_commit"][f"{LAYER}|0|no-rewrite"] == al_ansor.git_commit()  # (no commit made meanwhile)
     assert "al_ansor.md" in os.listdir(results)
+    # the store is gone: nothing to time standalone, and the page says why
+    assert res["self_check"] == [] and "no records store on this machine" in res["self_check_skipped"][LAYER]
+    assert f"Not checked: {LAYER}: no records store" in (results / "al_ansor.md").read_text()
 
 
 def test_stop_by_is_the_next_time_the_clock_reads_it():

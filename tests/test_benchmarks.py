@@ -332,6 +332,25 @@ def test_protocol_is_valid_on_a_quiet_machine_and_records_run_facts(monkeypatch)
     assert "not recorded" in _quiet.summary_markdown(None)  # a page from before the protocol says so
 
 
+def test_protocol_entered_phase_by_phase_starts_with_the_first_and_checks_it_once(monkeypatch):
+    monkeypatch.setattr(_quiet.noise, "machine_load", _fake_load(0.01))
+    probes = iter([1.0, 1.05, 1.1])  # first phase (also the probe before), second phase, after
+    monkeypatch.setattr(
+        _quiet,
+        "probe_reading",
+        lambda threads: {"median_ms": next(probes), "spread": 0.02, "wait_fraction": 0.0, "threads": threads},
+    )
+    p = _quiet.Protocol("test", 2, force=False, seconds=0.1, reference=None)
+    assert not p.has_started  # a run with nothing to do has checked nothing
+    assert p.enter("tuning x")["phase"] == "tuning x" and p.has_started
+    p.enter("tuning y")
+    p.finish()
+    s = p.summary()
+    assert [c["phase"] for c in s["checks"]] == ["tuning x", "tuning y"] and s["valid"] is True
+    assert s["probe"]["before"]["median_ms"] == 1.0 and s["probe"]["after"]["median_ms"] == 1.1
+    assert next(probes, None) is None
+
+
 def test_protocol_run_that_started_on_a_slow_host_is_invalid_in_hindsight(monkeypatch, tmp_path):
     # a new machine (no reference) whose host is slow at the start: every check passes against the best known
     # then, and only the probe after the run shows how fast the host really is
