@@ -15,10 +15,11 @@ would. MetaSchedule runs twice:
 
 Failed candidates (``run_secs`` = 1e10 or an error) are counted, not hidden.
 
-The run follows the benchmark protocol (``_quiet.py``): a quiet check before the
-start and before every tuner run (status 3 and one line when the machine is
-busy; ``--force`` marks the result invalid), ``quiesce()`` between runs, the
-calibration probe before and after, every thread pool sized to ``--threads``.
+The run follows the benchmark protocol (``_quiet.py``): a quiet check before every
+tuner run and before the self-check, the first of them starting the run (status 3
+and one line when the machine is busy; ``--force`` marks the result invalid),
+``quiesce()`` between runs, the calibration probe before and after, every thread
+pool sized to ``--threads``.
 Every tuner runs ``--repeats`` times (default 3; in rounds: each tuner once per
 round) and each figure is the median over its runs, with its spread.
 
@@ -26,7 +27,11 @@ round) and each figure is the median over its runs, with its spread.
 
 writes ``docs/results/throughput.md`` and ``docs/results/throughput.json`` (``--report-only`` rewrites the page from
 the JSON). The page shows each repeat side by side as well, and the workbench's waits for a quiet machine (its
-default noise mode), which are part of its wall time.
+default noise mode), which are part of its wall time. Every run's records go to ``benchmarks/out/throughput/``
+(``--out``; the workbench's store ``workbench-runN.db``, MetaSchedule's work directory ``ms-...-runN/``), kept
+after the run: each workbench run's best is then timed again alone by the user's own command (``workbench best
+DB WORKLOAD --time``) and compared with the run's figure (the standalone self-check, within 5 %).
+MetaSchedule's bests are the figures its own database records.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,14 +53,30 @@ TUNERS = ("workbench", "ms-fastbuild", "ms-stock")
 FIGURES = ("wall_seconds", "ok_per_second", "seconds_per_ok_trial", "best_latency_ms")
 
 
-def run_ms(workload, target, trials, per_round, fast, build_timeout):
-    with tempfile.TemporaryDirectory() as wd:
-        return _tuners.run_ms(workload, target, trials, per_round, fast, build_timeout, wd)
+def run_tuner(tuner: str, run: int, args, target: dict) -> dict:
+    """One run of ``tuner`` (its ``run``-th, from 1), its records kept under ``args.out``."""
+    if tuner == "workbench":
+        db = os.path.join(args.out, f"workbench-run{run}.db")
+        r = _tuners.run_workbench(args.workload, target, args.trials, args.per_round, db)
+        r["db"] = db
+    else:
+        work_dir = os.path.join(args.out, f"{tuner}-run{run}")
+        fast = tuner == "ms-fastbuild"
+        r = _tuners.run_ms(args.workload, target, args.trials, args.per_round, fast, args.ms_build_timeout, work_dir)
+    r["ok_per_second"] = r["ok"] / r["wall_seconds"]
+    r["seconds_per_ok_trial"] = r["wall_seconds"] / max(1, r["ok"])
+    return r
 
 
-def run_workbench(workload, target, trials, per_round):
-    with tempfile.TemporaryDirectory() as wd:
-        return _tuners.run_workbench(workload, target, trials, per_round, os.path.join(wd, "wb.db"))
+def self_check(runs: list, workload: str, threads: int) -> list:
+    """Each workbench run's best, timed again alone by ``workbench best DB WORKLOAD --time``, against the run's own
+    figure (the session's re-measured best); a run with no best has nothing to check."""
+    kernels = [
+        {"db": r["db"], "workload": workload, "table_ms": r["best_latency_ms"], "label": f"workbench run {i}"}
+        for i, r in enumerate(runs, 1)
+        if r.get("db") and r.get("best_latency_ms")
+    ]
+    return _quiet.standalone_self_check(kernels, threads, ROOT)
 
 
 def _median_row(runs: list) -> dict:
@@ -72,7 +92,7 @@ def _median_row(runs: list) -> dict:
         xs = [r[k] for r in runs if r.get(k) is not None]
         row[k] = statistics.median(xs) if xs else None
         row[k + "_spread"] = noise.spread(xs) if xs else None
-    row["runs"] = [{k: r.get(k) for k in ("measured", "ok", "failed", "noise_waited_s") + FIGURES} for r in runs]
+    row["runs"] = [{k: r.get(k) for k in ("measured", "ok", "failed", "noise_waited_s", "db") + FIGURES} for r in runs]
     return row
 
 
@@ -118,6 +138,12 @@ def main():
     )
     ap.add_argument("--results", default=RESULTS, help="where throughput.md/.json go (default docs/results)")
     ap.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "benchmarks", "out", "throughput"),
+        help="where every run's records are kept (workbench stores, MetaSchedule work directories; default "
+        "%(default)s); a new run replaces the runs it repeats",
+    )
+    ap.add_argument(
         "--report-only", action="store_true", help="no tuning: rewrite throughput.md from --results' throughput.json"
     )
     args = ap.parse_args()
@@ -133,24 +159,21 @@ def main():
     target = tvm_env.host_target_dict(args.threads)
     _quiet.set_thread_env(args.threads)
     protocol = _quiet.Protocol("measure_throughput", args.threads, args.force, host_drift=args.host_drift)
-    protocol.start()
+    os.makedirs(args.out, exist_ok=True)
     runs = {k: [] for k in TUNERS}
     # The workbench uses MetaSchedule's own strategy for its weights (pre-transformed: RewriteLayout with the
     # transform stripped by the builder), so both sides measure the same kind of program.
     for i in range(args.repeats):
         for tuner in TUNERS:
             _quiet.quiesce()
-            protocol.phase(f"tuning with {tuner} (run {i + 1}/{args.repeats})")
+            protocol.enter(f"tuning with {tuner} (run {i + 1}/{args.repeats})")
             print(f"{tuner} (run {i + 1}/{args.repeats}) ...", file=sys.stderr, flush=True)
-            if tuner == "workbench":
-                r = run_workbench(args.workload, target, args.trials, args.per_round)
-            else:
-                r = run_ms(
-                    args.workload, target, args.trials, args.per_round, tuner == "ms-fastbuild", args.ms_build_timeout
-                )
-            r["ok_per_second"] = r["ok"] / r["wall_seconds"]
-            r["seconds_per_ok_trial"] = r["wall_seconds"] / max(1, r["ok"])
-            runs[tuner].append(r)
+            runs[tuner].append(run_tuner(tuner, i + 1, args, target))
+    protocol.enter("the standalone self-check")
+    print(
+        "standalone self-check: each workbench run's best timed by `workbench best DB W --time`, alone", file=sys.stderr
+    )
+    checks = self_check(runs["workbench"], args.workload, args.threads)
     protocol.finish()
     rows = {k: _median_row(v) for k, v in runs.items()}
     wb = rows["workbench"]["ok_per_second"]
@@ -166,6 +189,7 @@ def main():
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "rows": rows,
         "speedup_vs": {k: wb / v["ok_per_second"] for k, v in rows.items() if k != "workbench" and v["ok"]},
+        "self_check": checks,
         "protocol": protocol.summary(),
     }
     os.makedirs(args.results, exist_ok=True)
@@ -251,6 +275,22 @@ def write_page(result: dict, results: str) -> str:
         "over the repeats): " + ", ".join(f"**{v:.1f}x** vs {k}" for k, v in result["speedup_vs"].items()) + ".",
     ]
     lines += per_run_lines(result)
+    if result.get("self_check"):
+        lines += [
+            "",
+            _quiet.self_check_markdown(
+                result["self_check"],
+                what="The best program of each workbench run (its figure: the session's re-measured best, as in the "
+                "table's median)",
+            ).rstrip("\n"),
+            "MetaSchedule's bests are the figures its own database records; they are not timed again.",
+        ]
+    else:
+        lines += [
+            "",
+            "No standalone self-check: this run predates it (its workbench stores were temporary), so its best "
+            "latencies are the sessions' own figures, not confirmed by a separate command.",
+        ]
     lines += [
         "",
         "What differs between the tuners (by construction, not measured here one by one): the workbench keeps its "

@@ -1302,6 +1302,103 @@ def test_throughput_page_shows_each_repeat_side_by_side_and_the_workbench_waits(
     failed.update(ok_per_second=0.0, seconds_per_ok_trial=110.0, best_latency_ms=None)
     result["rows"] = dict(rows, **{"ms-fastbuild": mt._median_row([runs["ms-fastbuild"][0], failed])})
     assert "| 2 | 60.0 | 110.0 | – |" in mt.write_page(result, str(tmp_path))
+    # a run from before the self-check (temporary stores) says that its bests are not confirmed
+    assert "No standalone self-check" in mt.write_page(result, str(tmp_path))
+
+
+class _RecordingProtocol:
+    """The benchmark protocol without the machine: records the phases it is told of."""
+
+    def __init__(self, *args, **kwargs):
+        self.phases = []
+
+    def enter(self, what):
+        self.phases.append(what)
+
+    def finish(self):
+        self.phases.append("finish")
+
+    def summary(self):
+        return None
+
+
+def test_throughput_keeps_every_run_and_times_each_workbench_best_alone(tmp_path, monkeypatch):
+    import _tuners
+    import measure_throughput as mt
+
+    def fake_workbench(workload, target, trials, per_round, db, **kw):
+        open(db, "w").close()
+        n = len([r for r in ran if r[0] == "workbench"])
+        ran.append(("workbench", db))
+        return {
+            "measured": trials,
+            "ok": trials,
+            "failed": 0,
+            "wall_seconds": 10.0 + n,
+            "noise_waited_s": 0.0,
+            "best_latency_ms": 1.0 + n / 10,
+            "verified": True,
+            "naive_latency_ms": 50.0,
+        }
+
+    def fake_ms(workload, target, trials, per_round, fast, build_timeout, work_dir, **kw):
+        ran.append(("ms-fastbuild" if fast else "ms-stock", work_dir))
+        return {"measured": trials, "ok": trials, "failed": 0, "wall_seconds": 20.0, "best_latency_ms": 1.1}
+
+    checked = []
+
+    def fake_self_check(kernels, threads, cwd):
+        checked.extend(kernels)
+        assert protocol.phases[-1] == "the standalone self-check"  # timed alone, in a phase of its own
+        return [
+            dict(
+                k,
+                standalone_ms=k["table_ms"] * 1.01,
+                spread=0.01,
+                noisy=False,
+                ratio=1.01,
+                agrees=True,
+                command=f"workbench best {k['db']} {k['workload']} --time --threads {threads} --json",
+            )
+            for k in kernels
+        ]
+
+    ran = []
+    protocol = _RecordingProtocol()
+    monkeypatch.setattr(_tuners, "run_workbench", fake_workbench)
+    monkeypatch.setattr(_tuners, "run_ms", fake_ms)
+    monkeypatch.setattr(mt._quiet, "Protocol", lambda *a, **k: protocol)
+    monkeypatch.setattr(mt._quiet, "standalone_self_check", fake_self_check)
+    monkeypatch.setattr(mt._quiet, "quiesce", lambda *a, **k: {})
+    monkeypatch.setattr(mt._quiet, "set_thread_env", lambda threads: None)
+    out, results = tmp_path / "out", tmp_path / "results"
+    argv = "measure_throughput.py --trials 8 --repeats 2 --threads 2".split()
+    argv += ["--out", str(out), "--results", str(results)]
+    monkeypatch.setattr(sys, "argv", argv)
+    mt.main()
+    assert [(t, os.path.basename(p)) for t, p in ran] == [
+        ("workbench", "workbench-run1.db"),
+        ("ms-fastbuild", "ms-fastbuild-run1"),
+        ("ms-stock", "ms-stock-run1"),
+        ("workbench", "workbench-run2.db"),
+        ("ms-fastbuild", "ms-fastbuild-run2"),
+        ("ms-stock", "ms-stock-run2"),
+    ]
+    assert all(os.path.dirname(p) == str(out) for _, p in ran)
+    assert [(k["db"], k["table_ms"], k["label"]) for k in checked] == [
+        (str(out / "workbench-run1.db"), 1.0, "workbench run 1"),
+        (str(out / "workbench-run2.db"), 1.1, "workbench run 2"),
+    ]
+    assert protocol.phases[-1] == "finish"
+    page = (results / "throughput.md").read_text()
+    assert "## Standalone self-check" in page and "**2/2 within 5 % of the table**" in page
+    assert "| workbench run 2 | 1.1 | 1.111 (1 %) | 1.010 | yes |" in page
+    saved = json.loads((results / "throughput.json").read_text())
+    assert len(saved["self_check"]) == 2 and saved["rows"]["workbench"]["runs"][0]["db"].endswith("workbench-run1.db")
+    # the page is rewritten from the JSON alone, self-check included
+    monkeypatch.setattr(sys, "argv", ["measure_throughput.py", "--report-only", "--results", str(results)])
+    mt.main()
+    assert (results / "throughput.md").read_text() == page
 
 
 def test_workbench_noise_waits_sums_the_sessions_waits(tmp_path):
