@@ -33,6 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from workbench.controller import StatelessArmPolicy  # noqa: E402
+
 FIXED = ["no-rewrite", "transform-stage", "pre-transformed"]
 # (label, policy, warm-up rounds): the policies the controller offers, and the default with longer warm-ups
 POLICIES = [
@@ -47,7 +49,7 @@ POLICIES = [
 ]
 
 
-class LevelSplitPolicy:
+class LevelSplitPolicy(StatelessArmPolicy):
     """A candidate policy, tried here before anything goes into the controller: keep every arm level with the best
     and split the trials evenly among them (fewest trials first); prune an arm only once it has had ``min_trials``
     and is more than ``margin`` times slower than the best any other live arm had after as many trials. Between two
@@ -59,12 +61,6 @@ class LevelSplitPolicy:
     def __init__(self, margin: float = 1.10, min_trials: int = 16):
         self.margin, self.min_trials = margin, min_trials
 
-    def snapshot(self) -> dict:
-        return {}
-
-    def restore(self, snapshot: dict) -> None:
-        pass
-
     def reward(self, arms, arm, round_best_ms, global_best_prev_ms) -> None:
         pass
 
@@ -73,14 +69,12 @@ class LevelSplitPolicy:
         return {s: 1.0 + (most - arms[s].trials) / max(most, 1) for s in live}
 
     def prune(self, arms, live) -> list:
-        from workbench.controller import ProjectedBestPolicy
-
         out = []
         for s in live:
             a = arms[s]
             if a.trials < self.min_trials or len(live) - len(out) <= 1:
                 continue
-            rivals = [ProjectedBestPolicy._best_at(arms[o], a.trials) for o in live if o != s and arms[o].history]
+            rivals = [arms[o].best_after(a.trials) for o in live if o != s and arms[o].history]
             if rivals and a.best_ms > self.margin * min(rivals):
                 out.append(s)
         return out

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from workbench import presets
-from workbench.controller import POLICIES, StrategyController, make_policy
+from workbench.controller import POLICIES, ArmState, StrategyController, make_policy
 from workbench.errors import WorkbenchError
 
 S = ["no-rewrite", "transform-stage", "pre-transformed"]
@@ -243,6 +243,12 @@ def test_projected_best_compares_arms_at_equal_trials():
     behind = StrategyController(["a", "b"], "auto", "projected-best")
     _feed(behind, [("a", 1.0), ("b", 2.0), ("a", 0.9), ("a", 0.85)])
     assert behind.choose().strategy == "a"
+
+
+def test_an_arms_best_after_n_trials_is_read_off_its_own_learning_curve():
+    arm = ArmState(history=[(8, 2.0), (16, 1.5), (24, 1.5), (32, 1.2)])
+    assert [arm.best_after(n) for n in (4, 8, 15, 16, 31, 32, 100)] == [2.0, 2.0, 2.0, 1.5, 1.5, 1.2, 1.2]
+    assert ArmState().best_after(8) == math.inf  # no round yet: nothing to compare
 
 
 def _play(c, latency, rounds, n=8):

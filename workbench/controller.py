@@ -76,6 +76,16 @@ class ArmState:
     paired: int = 0  # trials credited by pairing (programs of other arms' rounds measured in this layout)
     pair_losses: int = 0  # pairings lost in a row by more than PAIR_MARGIN
 
+    def best_after(self, n: int) -> float:
+        """The arm's best after its first ``n`` trials, read off its history (its first round's best when ``n``
+        is below that round's trial count; inf before any round)."""
+        out = self.history[0][1] if self.history else math.inf
+        for trials, best in self.history:
+            if trials > n:
+                break
+            out = best
+        return out
+
 
 @dataclass
 class Decision:
@@ -122,7 +132,7 @@ def _guide_ratio(arms: dict, live: list, s: str) -> float | None:
     return (p / pmax) if (pmax and pmax > 0 and p is not None) else None
 
 
-class _ArmsOnly:
+class StatelessArmPolicy:
     """A policy whose every decision follows from the arms: nothing of its own to keep across a resume."""
 
     def snapshot(self) -> dict:
@@ -132,7 +142,7 @@ class _ArmsOnly:
         pass
 
 
-class OptimisticBestPolicy(_ArmsOnly):
+class OptimisticBestPolicy(StatelessArmPolicy):
     name = "optimistic-best"
 
     def __init__(self, c: float = 0.2, lam: float = 0.3):
@@ -172,15 +182,6 @@ class ProjectedBestPolicy(OptimisticBestPolicy):
 
     name = "projected-best"
 
-    @staticmethod
-    def _best_at(arm: ArmState, n: int) -> float:
-        out = arm.history[0][1] if arm.history else math.inf
-        for trials, best in arm.history:
-            if trials > n:
-                break
-            out = best
-        return out
-
     def scores(self, arms, live) -> dict:
         tried = [s for s in live if arms[s].rounds and math.isfinite(arms[s].best_ms)]
         if not tried:
@@ -193,13 +194,13 @@ class ProjectedBestPolicy(OptimisticBestPolicy):
             if s == lead or not math.isfinite(a.best_ms) or a.rounds == 0:
                 proj[s] = a.best_ms
                 continue
-            then = self._best_at(la, a.trials)
+            then = la.best_after(a.trials)
             proj[s] = a.best_ms * la.best_ms / then if math.isfinite(then) and then > 0 else a.best_ms
         projected = {s: ArmState(rounds=arms[s].rounds, best_ms=proj[s], predicted=arms[s].predicted) for s in live}
         return super().scores(projected, live)
 
 
-class UCBGainPolicy(_ArmsOnly):
+class UCBGainPolicy(StatelessArmPolicy):
     name = "ucb-gain"
 
     def __init__(
@@ -283,13 +284,13 @@ class HalvingPolicy:
         q = self.quota()
         if len(live) <= 1 or any(arms[s].trials < q for s in live):
             return []
-        at_quota = {s: ProjectedBestPolicy._best_at(arms[s], q) for s in live}
+        at_quota = {s: arms[s].best_after(q) for s in live}
         ranked = sorted(live, key=lambda s: (at_quota[s], live.index(s)))
         self.stage += 1
         return ranked[len(live) - len(live) // 2 :]
 
 
-class UniformPolicy(_ArmsOnly):
+class UniformPolicy(StatelessArmPolicy):
     """Its random draws are not kept across a resume: a resumed session draws anew from its seed."""
 
     name = "uniform"
