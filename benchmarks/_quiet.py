@@ -549,7 +549,9 @@ class Protocol:
         return bool(self.checks)
 
     def finish(self) -> None:
-        self.probe("after")
+        """The probe after the run; nothing for a run that never started (every phase kept from an earlier one)."""
+        if self.has_started:
+            self.probe("after")
 
     def slow_in_hindsight(self) -> list:
         """Phases that passed their check against the fastest probe reading known *then*, but whose reading is

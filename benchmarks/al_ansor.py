@@ -579,8 +579,7 @@ def main():
                 # its store is another machine's: the run starts again here
                 old = None
             if stop_by is not None and time.time() + longest > stop_by:
-                if protocol.has_started:
-                    protocol.finish()
+                protocol.finish()
                 print(
                     f"[{time.time() - t0:7.0f}s] stopped before {args.stop_by} (--stop-by); go on with --resume",
                     file=sys.stderr,
@@ -603,8 +602,7 @@ def main():
             longest = max(longest, took)
             export_runs(collect(db, session_id=session_id), ledger, commit=commit, tuned={(layer, seed, m)})
     if args.tune_only:
-        if protocol.has_started:
-            protocol.finish()
+        protocol.finish()
         print(f"[{time.time() - t0:7.0f}s] tuned into {db}; not re-measured (--tune-only)", file=sys.stderr)
         return
     # a report-only run has read the runs already; a tuning run reads them again, with the sessions it added

@@ -342,6 +342,8 @@ def test_protocol_entered_phase_by_phase_starts_with_the_first_and_checks_it_onc
     )
     p = _quiet.Protocol("test", 2, force=False, seconds=0.1, reference=None)
     assert not p.has_started  # a run with nothing to do has checked nothing
+    p.finish()
+    assert p.probes == {}  # nor probed the host after
     assert p.enter("tuning x")["phase"] == "tuning x" and p.has_started
     p.enter("tuning y")
     p.finish()
