@@ -11,11 +11,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("WORKBENCH_NOISE", "mark")
 # For the same reason, shorter timings: 10 ms windows instead of 30 and one interleaved re-measurement round of a new
 # best instead of 3 (a small session took 11 s instead of 19), and a smaller evolutionary search (48 programs over 2
-# generations instead of 128 over 3: the search was the largest part of a small session's rounds). Tests that check
-# these ask for their own values.
+# generations instead of 128 over 3: the search was the largest part of a small session's rounds), and one runner
+# process instead of two (half the timing, one TVM-importing process less per session; tests/test_contracts.py
+# tests two). Tests that check these ask for their own values.
 os.environ.setdefault(
     "WORKBENCH_PRESET_OVERRIDES",
-    '{"min_repeat_ms": 10, "confirm_rounds": 1, "population": 48, "generations": 2, "init_min_unmeasured": 16}',
+    '{"min_repeat_ms": 10, "confirm_rounds": 1, "population": 48, "generations": 2, "init_min_unmeasured": 16, '
+    '"runner_processes": 1}',
 )
 # Benchmark scripts the tests run compare the calibration probe with a reference of the suite's own, neither
 # reading this machine's best (another day's host: every phase would wait for it) nor moving it.

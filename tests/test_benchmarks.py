@@ -1487,3 +1487,49 @@ def test_pruning_evaluation_picks_only_among_the_kept_programs(monkeypatch):
     row = res["sets"]["rule"]["w"]
     assert row["pruned"] == pytest.approx(1 / 3) and row["best_kept_over_best"] == 2.0
     assert row["m:top1"] == 0.5 and row["m:top5"] == 0.5 and row["m:top10"] == 0.5
+
+
+def test_timing_agreement_compares_processes_and_moments_and_writes_its_page(tmp_path):
+    """The summary on hand-made figures: one program that a process now and then times slow (the faster of two
+    processes hides it), one that the whole machine slows in one round (nothing hides it)."""
+    import timing_agreement as ta
+
+    def rnd(a, b, started):
+        return {
+            "latency_ms": {"A": a, "B": b},
+            "started": started,
+            "probe_ms": 1.0,
+            "memory_probe_ms": 0.2,
+            "disturbed_timings": 0,
+            "wall_s": 20.0,
+        }
+
+    rounds = [
+        rnd({"p": 1.0, "q": 2.0}, {"p": 1.0, "q": 2.0}, "10:00:00"),
+        rnd({"p": 1.5, "q": 2.0}, {"p": 1.0, "q": 2.0}, "10:01:00"),  # p slow in process A only
+        rnd({"p": 1.0, "q": 3.0}, {"p": 1.0, "q": 3.0}, "10:02:00"),  # q slow in both: the moment
+    ]
+    result = {
+        "command": "python benchmarks/timing_agreement.py",
+        "date": "2026-12-06 13:00",
+        "threads": 2,
+        "cpu": "znver1",
+        "ledger": os.path.join(os.path.dirname(BENCH), "docs", "results", "al_ansor_sessions", "design-znver1"),
+        "gap_s": 60.0,
+        "programs": ["p", "q"],
+        "rounds": rounds,
+        "protocol": None,
+    }
+    s = ta.summarize(result)
+    assert s["programs"] == 2
+    assert s["between_processes_one_round"]["over_10pct"] == 1  # p in round 2
+    assert s["next_round_one_process"]["max"] == pytest.approx(1.5)  # A's p: 1.0 -> 1.5 -> 1.0
+    assert s["next_round_one_process"]["over_10pct"] == 3  # p twice, q once
+    assert s["next_round_runner"]["over_10pct"] == 1  # only q's slow moment is left
+    assert s["all_rounds_runner"]["max"] == pytest.approx(1.5)  # q: 2.0 vs 3.0
+    assert s["worst_between_moments"][0]["key"] == "q"
+    result["summary"] = s
+    page = ta.write_page(result, str(tmp_path))
+    assert (tmp_path / "timing_agreement.md").read_text() == page
+    assert "| a round vs the next: the runner (faster of A and B) | 4 |" in page
+    assert "`q` | 2.00 / 2.00 | 2.00 / 2.00 | 3.00 / 3.00 |" in page

@@ -304,11 +304,11 @@ def test_a_closed_pools_workers_serve_the_next_pool_of_its_kind(kernels, monkeyp
     [built] = b.build([good])
     assert r.run(built.path, shapes).error_class is None
     workers = _children() - before
-    assert len(workers) == 2  # one builder worker, one runner worker
+    assert len(workers) == 2  # one builder worker, one runner worker (the suite's presets time in one process)
     b.close()
     r.close()
     r.close()
-    assert sorted(measure.WARM.kinds()) == [("builder", 1, PRESET.build_timeout), ("runner", 1)]
+    assert sorted(measure.WARM.kinds()) == [("builder", 1, PRESET.build_timeout), ("runner", 1, 0)]
     assert not os.path.exists(built.path)  # the artifacts go with the builder, the processes stay
 
     b2, r2 = measure.make_builder(TARGET, PRESET, workers=1), measure.make_runner(None, TARGET, PRESET)
@@ -341,7 +341,7 @@ def test_workers_are_kept_warm_only_for_a_while(kernels, monkeypatch):
     r = measure.make_runner(None, TARGET, PRESET)
     assert r.run(paths["good"], shapes).error_class is None
     r.close()
-    assert measure.WARM.kinds() == [("runner", 1)]
+    assert measure.WARM.kinds() == [("runner", 1, 0)]
     assert not _until_gone(_children() - before), "a parked worker outlived its time"
     assert measure.WARM.kinds() == []
     # a worker still timing when its runner closes is ended, not parked
@@ -351,6 +351,50 @@ def test_workers_are_kept_warm_only_for_a_while(kernels, monkeypatch):
     assert measure.WARM.kinds() == []
     with pytest.raises(Exception):
         pending.result(timeout=10)
+
+
+def test_a_runner_in_two_processes_reports_the_faster_and_keeps_both_warm(kernels, monkeypatch):
+    """The default runner times each kernel in two processes, one after the other: ``repeat`` results from the
+    faster one (its median is the latency), every process's results in ``last_process_secs``, one reading for
+    both; closed, both processes serve the next such runner."""
+    monkeypatch.setattr(measure, "WARM", measure.WarmWorkers(seconds=60))
+    paths, shapes = kernels
+    two = presets.get("quick", runner_processes=2)
+    r = measure.make_runner(None, TARGET, two)
+    try:
+        res = r.run(paths["slow"], shapes, number=1, repeat=3, min_repeat_ms=0)
+        assert res.error_class is None and len(res.run_secs) == 3, res
+        assert len(r.last_process_secs) == 2 and all(len(x) == 3 for x in r.last_process_secs)
+        assert res.latency_ms == pytest.approx(min(float(np.median(x)) for x in r.last_process_secs) * 1e3)
+        assert res.reading["wall_s"] > 0 and "wait_fraction" in res.reading
+        pids = {w.submit(os.getpid).result() for w in r._workers}
+        assert len(pids) == 2, "two processes, not one asked twice"
+        r.close()
+        assert sorted(measure.WARM.kinds()) == [("runner", 1, 0), ("runner", 1, 1)]
+        again = measure.make_runner(None, TARGET, two)
+        assert {w.submit(os.getpid).result() for w in again._workers} == pids
+        again.close()
+    finally:
+        r.close()
+        measure.WARM.end_all()
+
+
+def test_merged_readings_keep_the_worst_share():
+    a = {"wall_s": 0.1, "wait_fraction": 0.01, "other_cores": 0.02, "busiest": []}
+    b = {"wall_s": 0.2, "wait_fraction": 0.3, "other_cores": 0.5, "busiest": [{"pid": 7, "name": "hog", "cores": 0.5}]}
+    assert measure.merge_readings([a, None, b]) == {
+        "wall_s": 0.3,
+        "wait_fraction": 0.3,
+        "other_cores": 0.5,
+        "busiest": b["busiest"],
+    }
+    assert measure.merge_readings([None]) is None
+
+
+def test_runner_processes_must_be_a_positive_integer():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(WorkbenchError, match="runner_processes must be a positive integer"):
+            presets.get("quick", runner_processes=bad)
 
 
 def test_make_runner_passes_a_runner_through_and_rejects_a_bad_url(pools):

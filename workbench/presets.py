@@ -40,6 +40,10 @@ class Preset:
     # A compile is cut off only when it hangs: long compiles (big register tiles, deep unrolling) include the
     # fastest programs of some layers (records' build_s), so a deadline tied to the median compile would drop them.
     build_timeout: float = 60.0
+    # Runner processes that each time a candidate, one after the other; the faster one's median counts. Now and
+    # then a kernel runs 10-90 % slower in one process than in another a moment later (where that process's
+    # memory for its intermediate buffers lies): two cut such disagreements by about three (measurement.md).
+    runner_processes: int = 2
     run_timeout: float = 30.0
     # Threads of TVM's EvolutionarySearch (0: every available core). It hands work to threads
     # dynamically, so with more than one the same seed no longer gives the same proposals:
@@ -232,6 +236,9 @@ def get(name, **overrides) -> Preset:
     w = p.controller_warmup_rounds
     if isinstance(w, bool) or not isinstance(w, int) or w < 1:
         raise WorkbenchError(f"controller_warmup_rounds must be a positive integer, got {w!r}")
+    r = p.runner_processes
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise WorkbenchError(f"runner_processes must be a positive integer, got {r!r}")
     if isinstance(p.confirm_rounds, bool) or not isinstance(p.confirm_rounds, int) or p.confirm_rounds < 0:
         raise WorkbenchError(f"confirm_rounds must be a non-negative integer, got {p.confirm_rounds!r}")
     return p
