@@ -463,11 +463,11 @@ class Runner(interfaces.Runner):
 
     Each of ``processes`` worker processes times the kernel in turn (``repeat`` results each, never two at
     once); the latency is the fastest process's median, and ``run_secs`` are that process's results
-    (``last_process_secs``: every process's). Why: now and then a kernel runs 10-90 % slower in one process than
-    in another that times it a moment later, for the whole of that timing - where that process's memory for the
-    kernel's intermediate buffers happened to lie, not the machine's state, since the other process is not
-    slowed. With one process, 5-8 % of a tuned program's timings two minutes apart differed by more than 10 %;
-    with the faster of two, 2.4 % (docs/results/timing_agreement.md). The cost: each timing twice (about a tenth
+    (``last_process_secs``: every process's). Why: now and then a process times a kernel 10 % to 3x slower than
+    another process times it a moment later, and keeps that figure for it - a state of the process (it follows
+    what the process allocated before), not of the machine, since the other process is not slowed. On a steady
+    host, 5-8 % of tuned programs' figures taken two minutes apart differed by more than 10 % with one process,
+    2.4 % with the faster of two (docs/results/timing_agreement.md). The cost: each timing twice (about a tenth
     of a tuning session's wall time is timing).
     """
 

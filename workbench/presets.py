@@ -41,8 +41,8 @@ class Preset:
     # fastest programs of some layers (records' build_s), so a deadline tied to the median compile would drop them.
     build_timeout: float = 60.0
     # Runner processes that each time a candidate, one after the other; the faster one's median counts. Now and
-    # then a kernel runs 10-90 % slower in one process than in another a moment later (where that process's
-    # memory for its intermediate buffers lies): two cut such disagreements by about three (measurement.md).
+    # then a process times a kernel 10 % to 3x slower than another does a moment later, and keeps that figure: on
+    # a steady host two processes cut such disagreements by about three (docs/measurement.md).
     runner_processes: int = 2
     run_timeout: float = 30.0
     # Threads of TVM's EvolutionarySearch (0: every available core). It hands work to threads
