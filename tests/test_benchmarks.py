@@ -1071,6 +1071,7 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
 
 
 def test_networks_resume_keeps_only_networks_measured_with_the_same_settings(capsys):
+    """The weights' strategy is a network's own: a network tuned with another one is kept (its section names it)."""
     import argparse
 
     import networks as nw
@@ -1082,16 +1083,17 @@ def test_networks_resume_keeps_only_networks_measured_with_the_same_settings(cap
     earlier = {
         "networks": {
             "resnet18": {"complete": True, "settings": dict(now)},
-            "mobilenet_v2": {"complete": True, "settings": dict(now, threads=1, strategy="packed")},
+            "mobilenet_v2": {"complete": True, "settings": dict(now, threads=1, repeats=5)},
+            "resnet18-bf16": {"complete": True, "settings": dict(now), "strategy": "packed"},
             "resnet18-int8": {"complete": False, "settings": dict(now)},  # interrupted: tuned again
             "vgg": {"complete": True, "settings": dict(now)},  # not asked for
             "old": {"complete": True},  # from before settings were recorded
         }
     }
-    kept = nw.kept_networks(earlier, ["resnet18", "mobilenet_v2", "resnet18-int8", "old"], now)
-    assert list(kept) == ["resnet18"]
+    kept = nw.kept_networks(earlier, ["resnet18", "mobilenet_v2", "resnet18-int8", "resnet18-bf16", "old"], now)
+    assert list(kept) == ["resnet18", "resnet18-bf16"]
     err = capsys.readouterr().err
-    assert "mobilenet_v2: not kept from the earlier run: measured with other settings (strategy, threads)" in err
+    assert "mobilenet_v2: not kept from the earlier run: measured with other settings (repeats, threads)" in err
 
 
 def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_path):
