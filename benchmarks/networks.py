@@ -429,10 +429,15 @@ def final_comparison(name, files, db_dir, target, entry, args, protocol) -> dict
 def self_check(result: dict, args, protocol) -> list:
     """Each figure of the side-by-side tables timed again, alone, in a fresh process, after the run: the tuned
     model from its stored database and PyTorch's best mode from the same weights. Rows as
-    ``_quiet.self_check_markdown`` reads them."""
+    ``_quiet.self_check_markdown`` reads them.
+
+    A network kept by ``--resume`` whose files are gone (another machine, a fresh clone) cannot be re-timed: its
+    rows of the page's earlier self-check are kept, marked ``earlier``, when they checked the same table figures;
+    without such rows the check stops with one line."""
     rows = []
     out = result.get("out") or args.out
     command = "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
+    before = (result.get("self_check") or {}).get("rows", [])
     for name in result["networks_order"]:
         e = result["networks"].get(name) or {}
         fin = e.get("final")
@@ -442,7 +447,12 @@ def self_check(result: dict, args, protocol) -> list:
         files, trials = network_files(net_dir), e["checkpoints"][-1]["trials"]
         missing = [p for p in (*files.values(), checkpoint_db(net_dir, trials)) if not os.path.exists(p)]
         if missing:
-            raise SystemExit(f"networks.py: --self-check: {missing[0]} is missing (the run's files are gone)")
+            kept = earlier_rows(before, name, fin)
+            if not kept:
+                raise SystemExit(f"networks.py: --self-check: {missing[0]} is missing (the run's files are gone)")
+            log(f"{name}: its files are gone; the page's earlier self-check of it is kept")
+            rows += kept
+            continue
         sides = (
             (
                 "tvm",
@@ -468,6 +478,16 @@ def self_check(result: dict, args, protocol) -> list:
             )
             log(f"  self-check {label}: {r['latency_ms']:.3f} ms, {ratio:.3f}x the table's {table:.3f} ms")
     return rows
+
+
+def earlier_rows(rows: list, name: str, fin: dict) -> list:
+    """``name``'s rows of an earlier self-check, marked ``earlier``, if they checked exactly ``fin``'s figures
+    (TVM's and PyTorch's side-by-side latencies); otherwise none."""
+    mine = [r for r in rows if r["workload"].split(":")[0] == name]
+    tables = sorted(round(fin[side]["latency_ms"], 9) for side in ("tvm", "torch"))
+    if len(mine) != 2 or sorted(round(r["table_ms"], 9) for r in mine) != tables:
+        return []
+    return [dict(r, earlier=True, label=f"{r['workload']} (earlier self-check)") for r in mine]
 
 
 # ---------------------------------------------------------------- the page
@@ -604,6 +624,14 @@ def markdown(result: dict) -> str:
         if ratios:
             L += [f"PyTorch / TVM from the standalone re-times: {', '.join(ratios)}.", ""]
         L.append(_quiet.summary_markdown(result["self_check"]["protocol"]))
+        if result["self_check"].get("earlier_protocol"):
+            L += [
+                "The rows marked *earlier self-check* are from the page's previous self-check: those networks were "
+                "kept from an earlier run (`--resume`) and their files were not on the machine of this one. "
+                "That check's protocol:",
+                "",
+                _quiet.summary_markdown(result["self_check"]["earlier_protocol"]),
+            ]
     return "\n".join(L) + "\n"
 
 
@@ -685,9 +713,12 @@ def main(argv=None) -> None:
             "networks-self-check", args.threads, args.force, reference=args.probe_reference, host_drift=args.host_drift
         )
         protocol.start()
+        earlier_protocol = (result.get("self_check") or {}).get("protocol")
         rows = self_check(result, args, protocol)
         protocol.finish()
         result["self_check"] = {"rows": rows, "protocol": protocol.summary()}
+        if any(r.get("earlier") for r in rows):
+            result["self_check"]["earlier_protocol"] = earlier_protocol
         write_report(result, args.results)
         return
     args.budgets = parse_budgets(args.budgets)

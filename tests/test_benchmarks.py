@@ -1188,6 +1188,28 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
     assert "Benchmark protocol: not recorded" in md
 
 
+def test_networks_self_check_keeps_the_earlier_rows_of_a_network_whose_files_are_gone(tmp_path):
+    """A network kept by --resume from another machine cannot be re-timed: its earlier rows stay, marked, when they
+    checked the same table figures; without them the check refuses in one line instead of dropping the network."""
+    import argparse
+
+    import networks as nw
+
+    fin = {"torch_mode": "jit-frozen", "torch": {"latency_ms": 2.1}, "tvm": {"latency_ms": 2.0}}
+    net = {"final": fin, "checkpoints": [{"trials": 500}]}
+    result = {"out": str(tmp_path), "networks_order": ["resnet18"], "networks": {"resnet18": net}}
+    row = {"workload": "resnet18: TVM, 500 trials", "table_ms": 2.0, "standalone_ms": 2.05, "agrees": True}
+    torch_row = dict(row, workload="resnet18: PyTorch jit-frozen", table_ms=2.1)
+    result["self_check"] = {"rows": [row, torch_row], "protocol": None}
+    args = argparse.Namespace(threads=2, repeats=3)
+    kept = nw.self_check(result, args, protocol=None)
+    assert [r["earlier"] for r in kept] == [True, True]
+    assert kept[0]["label"] == "resnet18: TVM, 500 trials (earlier self-check)" and kept[0]["standalone_ms"] == 2.05
+    fin["tvm"]["latency_ms"] = 1.8  # the table changed since: the earlier check did not check it
+    with pytest.raises(SystemExit, match="--self-check: .*resnet18.* is missing"):
+        nw.self_check(result, args, protocol=None)
+
+
 def test_every_al_ansor_method_is_recognised_from_its_stored_session():
     """The report finds each run's method from the session's strategy and preset parameters: a variant whose
     override the lookup ignored would pass for the default method and overwrite its row."""
