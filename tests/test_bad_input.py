@@ -241,11 +241,12 @@ def test_pick_and_target_mistakes(tmp_path):
 # ---------------------------------------------------------------- stores: corrupted, or holding code
 
 
-def _store_with_records(path, trace="{}", features=None, n=3):
+def _store_with_records(path, trace="{}", features=None, n=3, spec=MM):
     s = RecordStore(str(path))
+    name = spec["name"]
     sid = s.create_session(
-        workload="mm",
-        spec=MM,
+        workload=name,
+        spec=spec,
         target={"kind": "llvm"},
         preset="quick",
         preset_params={},
@@ -255,12 +256,12 @@ def _store_with_records(path, trace="{}", features=None, n=3):
         strategy_arg="no-rewrite",
         versions={},
     )
-    s.add_event(sid, "session_started", 0.0, 0.0, {"workload": "mm"})
+    s.add_event(sid, "session_started", 0.0, 0.0, {"workload": name})
     for i in range(1, n + 1):
         rid = s.add_record(
             {
                 "session_id": sid,
-                "workload": "mm",
+                "workload": name,
                 "trial": i,
                 "round": 1,
                 "strategy": "no-rewrite",
@@ -284,6 +285,17 @@ def _store_with_records(path, trace="{}", features=None, n=3):
         )
     s.close()
     return sid
+
+
+def test_a_network_task_is_named_as_such_not_as_an_unknown_op(tmp_path):
+    """A network store's tasks (``workbench model``, networks.py) are listed by ``show``; ``best`` cannot rebuild one
+    from its spec, and says why in one line."""
+    task = {"name": "r18.fused_conv2d", "op": "relax-task", "params": {"task": "fused_conv2d", "args": [[1, 8]]}}
+    db = tmp_path / "net.db"
+    _store_with_records(db, spec=task)
+    one_line_error(cli("best", str(db), "r18.fused_conv2d"), "'r18.fused_conv2d' is a task of a Relax model")
+    r = cli("show", str(db))
+    assert r.returncode == 0 and "r18.fused_conv2d" in r.stdout, r.stderr
 
 
 def test_store_holding_code_never_runs_it(tmp_path):

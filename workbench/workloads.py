@@ -926,6 +926,11 @@ def workload_from_spec(spec, source: str = "") -> Workload:
             "dtype, requantize"
         )
     op = spec.get("op")
+    if op == "relax-task":  # a network store's task: its PrimFunc comes from the model, which a spec does not hold
+        _fail(
+            f"workload {name!r} is a task of a Relax model: it is rebuilt from the model, not from its spec; "
+            "`workbench show` lists its best latency, `workbench model` compiles its best program into the model"
+        )
     if not isinstance(op, str) or op not in OPS:
         _fail(f"workload {name!r}: unknown op {op!r}; valid ops: {', '.join(sorted(OPS))}")
     opdef = OPS[op]
