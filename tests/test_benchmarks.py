@@ -1183,7 +1183,8 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
     assert (
         md.count("**Goal") == 2
         and "met** — 1.05x after 500 trials (side by side, per pass 1.05x, 1.05x, 1.05x, fastest process of each side "
-        "1.05x;" in md
+        "1.05x;"
+        in md
     )
     assert "0.67x after 500 trials (at the checkpoint;" in md
     assert "not met** — 0.67x" in md and "**NO**" in md  # too slow, and a wrong output fails the goal too
