@@ -437,7 +437,8 @@ def self_check(result: dict, args, protocol) -> list:
     rows = []
     out = result.get("out") or args.out
     command = "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
-    before = (result.get("self_check") or {}).get("rows", [])
+    previous = result.get("self_check") or {}
+    before, previous_protocol = previous.get("rows", []), previous.get("protocol")
     for name in result["networks_order"]:
         e = result["networks"].get(name) or {}
         fin = e.get("final")
@@ -447,7 +448,7 @@ def self_check(result: dict, args, protocol) -> list:
         files, trials = network_files(net_dir), e["checkpoints"][-1]["trials"]
         missing = [p for p in (*files.values(), checkpoint_db(net_dir, trials)) if not os.path.exists(p)]
         if missing:
-            kept = earlier_rows(before, name, fin)
+            kept = earlier_rows(before, name, fin, previous_protocol)
             if not kept:
                 raise SystemExit(f"networks.py: --self-check: {missing[0]} is missing (the run's files are gone)")
             log(f"{name}: its files are gone; the page's earlier self-check of it is kept")
@@ -480,14 +481,23 @@ def self_check(result: dict, args, protocol) -> list:
     return rows
 
 
-def earlier_rows(rows: list, name: str, fin: dict) -> list:
+def earlier_rows(rows: list, name: str, fin: dict, protocol: dict | None) -> list:
     """``name``'s rows of an earlier self-check, marked ``earlier``, if they checked exactly ``fin``'s figures
-    (TVM's and PyTorch's side-by-side latencies); otherwise none."""
+    (TVM's and PyTorch's side-by-side latencies); otherwise none. Each keeps the protocol of the check that timed
+    it (``checked_by``): its own if it was already an earlier row, else ``protocol``, that check's."""
     mine = [r for r in rows if r["workload"].split(":")[0] == name]
     tables = sorted(round(fin[side]["latency_ms"], 9) for side in ("tvm", "torch"))
     if len(mine) != 2 or sorted(round(r["table_ms"], 9) for r in mine) != tables:
         return []
-    return [dict(r, earlier=True, label=f"{r['workload']} (earlier self-check)") for r in mine]
+    return [
+        dict(
+            r,
+            earlier=True,
+            label=f"{r['workload']} (earlier self-check)",
+            checked_by=r.get("checked_by") if r.get("earlier") else protocol,
+        )
+        for r in mine
+    ]
 
 
 # ---------------------------------------------------------------- the page
@@ -629,14 +639,19 @@ def markdown(result: dict) -> str:
         if ratios:
             L += [f"PyTorch / TVM from the standalone re-times: {', '.join(ratios)}.", ""]
         L.append(_quiet.summary_markdown(result["self_check"]["protocol"]))
-        if result["self_check"].get("earlier_protocol"):
+        earlier: dict = {}
+        for r in rows:
+            if r.get("earlier"):
+                p = r.get("checked_by")
+                earlier.setdefault((p or {}).get("started"), p)
+        if earlier:
             L += [
-                "The rows marked *earlier self-check* are from the page's previous self-check: those networks were "
-                "kept from an earlier run (`--resume`) and their files were not on the machine of this one. "
-                "That check's protocol:",
+                "The rows marked *earlier self-check* are from an earlier self-check: those networks were kept from "
+                "an earlier run (`--resume`) and their files were not on the machine of this one. The protocol of "
+                "the check that timed them:",
                 "",
-                _quiet.summary_markdown(result["self_check"]["earlier_protocol"]),
             ]
+            L += [_quiet.summary_markdown(p) for p in earlier.values()]
     return "\n".join(L) + "\n"
 
 
@@ -718,12 +733,9 @@ def main(argv=None) -> None:
             "networks-self-check", args.threads, args.force, reference=args.probe_reference, host_drift=args.host_drift
         )
         protocol.start()
-        earlier_protocol = (result.get("self_check") or {}).get("protocol")
         rows = self_check(result, args, protocol)
         protocol.finish()
         result["self_check"] = {"rows": rows, "protocol": protocol.summary()}
-        if any(r.get("earlier") for r in rows):
-            result["self_check"]["earlier_protocol"] = earlier_protocol
         write_report(result, args.results)
         return
     args.budgets = parse_budgets(args.budgets)

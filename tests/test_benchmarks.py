@@ -1204,10 +1204,15 @@ def test_networks_self_check_keeps_the_earlier_rows_of_a_network_whose_files_are
     row = {"workload": "resnet18: TVM, 500 trials", "table_ms": 2.0, "standalone_ms": 2.05, "agrees": True}
     torch_row = dict(row, workload="resnet18: PyTorch jit-frozen", table_ms=2.1)
     result["self_check"] = {"rows": [row, torch_row], "protocol": None}
+    result["self_check"]["protocol"] = {"started": "day 1"}
     args = argparse.Namespace(threads=2, repeats=3)
     kept = nw.self_check(result, args, protocol=None)
     assert [r["earlier"] for r in kept] == [True, True]
     assert kept[0]["label"] == "resnet18: TVM, 500 trials (earlier self-check)" and kept[0]["standalone_ms"] == 2.05
+    assert kept[0]["checked_by"] == {"started": "day 1"}
+    # checked again later: the rows keep the protocol of the check that timed them, not the later check's
+    result["self_check"] = {"rows": kept, "protocol": {"started": "day 2"}}
+    assert [r["checked_by"] for r in nw.self_check(result, args, protocol=None)] == [{"started": "day 1"}] * 2
     fin["tvm"]["latency_ms"] = 1.8  # the table changed since: the earlier check did not check it
     with pytest.raises(SystemExit, match="--self-check: .*resnet18.* is missing"):
         nw.self_check(result, args, protocol=None)
