@@ -581,11 +581,17 @@ def markdown(result: dict) -> str:
             ]
             for c in e["checkpoints"]:
                 trials = "0 (untuned)" if c["trials"] == 0 else str(c["trials"])
+                timed = f"{_ms(c['latency_ms'])} | {c['spread_pct']:.0f}% | {c['speedup_vs_torch_best']:.2f}x"
+                if c.get("disturbed"):  # a timing known to have shared the machine is not shown as a result
+                    timed = "disturbed¹ | – | –"
                 L.append(
-                    f"| {trials} | {c['tuning_s'] / 60:.1f} | {_ms(c.get('estimated_ms'))} | {_ms(c['latency_ms'])} | "
-                    f"{c['spread_pct']:.0f}% | {c['speedup_vs_torch_best']:.2f}x | {_yes(c, next(iter(e['torch']), None))} | {c['compile_s']:.0f} |"
+                    f"| {trials} | {c['tuning_s'] / 60:.1f} | {_ms(c.get('estimated_ms'))} | {timed} | "
+                    f"{_yes(c, next(iter(e['torch']), None))} | {c['compile_s']:.0f} |"
                 )
             L.append("")
+            notes = [f"¹ {c['disturbed']}" for c in e["checkpoints"] if c.get("disturbed")]
+            if notes:
+                L += notes + [""]
         if e.get("ended_early"):
             L += [f"Note: {e['ended_early']}.", ""]
         fin = e.get("final")

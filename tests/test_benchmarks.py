@@ -1140,7 +1140,10 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
         "tuning_wall_s": 300.0,
         "complete": True,
     }
-    slow = dict(net, checkpoints=[cp(0, 8.0), cp(200, 4.0), dict(cp(500, 3.0), matches=False)])
+    slow = dict(
+        net,
+        checkpoints=[dict(cp(0, 8.0), disturbed="shared the machine"), cp(200, 4.0), dict(cp(500, 3.0), matches=False)],
+    )
     # the headline comes from the side-by-side passes, not from the checkpoint timed minutes apart
     net["final"] = {
         "passes": 3,
@@ -1186,6 +1189,7 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
         "1.05x;"
         in md
     )
+    assert "| 0 (untuned) | 0.0 | – | disturbed¹ | – | – |" in md and "¹ shared the machine" in md  # not a result
     assert "0.67x after 500 trials (at the checkpoint;" in md
     assert "not met** — 0.67x" in md and "**NO**" in md  # too slow, and a wrong output fails the goal too
     assert "Benchmark protocol: not recorded" in md
