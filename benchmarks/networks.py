@@ -233,15 +233,15 @@ def network_files(net_dir: str) -> dict:
 
 def run_settings(args, target: dict) -> dict:
     """What a network's figures depend on besides its name, image and seed: a network kept by --resume must have
-    been measured with the same. The weights' layout strategy is not among them: it is the network's own (its
-    entry's ``strategy``, named in its section of the page), and ``--strategy`` sets it for the networks this run
-    tunes."""
+    been measured with the same. The weights' layout strategy and the tuning budgets are not among them: they are
+    the network's own (its entry's ``strategy`` and ``budgets``, named in its section of the page: the strategy in
+    its header line, the budgets as its checkpoint rows and goal line), and ``--strategy``/``--budgets`` set them
+    for the networks this run tunes."""
     return {
         "threads": args.threads,
         "repeats": args.repeats,
         "passes": args.passes,
         "trials_per_round": args.trials_per_round,
-        "budgets": args.budgets,
         "mcpu": target.get("mcpu"),
     }
 

@@ -1071,7 +1071,8 @@ def test_search_variants_pairs_sessions_by_variant_and_compares_remeasured_bests
 
 
 def test_networks_resume_keeps_only_networks_measured_with_the_same_settings(capsys):
-    """The weights' strategy is a network's own: a network tuned with another one is kept (its section names it)."""
+    """The weights' strategy and the budgets are a network's own: a network tuned with others is kept (its section
+    names them)."""
     import argparse
 
     import networks as nw
@@ -1084,7 +1085,7 @@ def test_networks_resume_keeps_only_networks_measured_with_the_same_settings(cap
         "networks": {
             "resnet18": {"complete": True, "settings": dict(now)},
             "mobilenet_v2": {"complete": True, "settings": dict(now, threads=1, repeats=5)},
-            "resnet18-bf16": {"complete": True, "settings": dict(now), "strategy": "packed"},
+            "resnet18-bf16": {"complete": True, "settings": dict(now), "strategy": "packed", "budgets": [100]},
             "resnet18-int8": {"complete": False, "settings": dict(now)},  # interrupted: tuned again
             "vgg": {"complete": True, "settings": dict(now)},  # not asked for
             "old": {"complete": True},  # from before settings were recorded
