@@ -1167,29 +1167,46 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
         "networks_order": ["resnet18", "mobilenet_v2"],
         "networks": {"resnet18": net, "mobilenet_v2": dict(slow, config={"arch": "mobilenet_v2"})},
     }
-    row = {"workload": "resnet18: TVM, 500 trials", "table_ms": 2.0, "standalone_ms": 2.3, "spread": 0.04}
-    torch_row = dict(row, workload="resnet18: PyTorch jit-frozen", standalone_ms=2.53, ratio=1.2, agrees=False)
+    row = {
+        "workload": "resnet18: TVM, 500 trials, pooled",
+        "side": "tvm",
+        "kind": "pooled",
+        "table_ms": 2.0,
+        "standalone_ms": 2.3,
+        "spread": 0.04,
+    }
+    torch_row = dict(
+        row, workload="resnet18: PyTorch jit-frozen, pooled", side="torch", standalone_ms=2.53, ratio=1.2, agrees=False
+    )
     res["self_check"] = {"rows": [dict(row, ratio=1.15, agrees=False, command="networks.py --self-check"), torch_row]}
     res["self_check"]["protocol"] = None
     nw.write_report(res, str(tmp_path))
     md = open(tmp_path / "networks.md").read()
     assert "Each latency of the side-by-side tables (TVM's and PyTorch's) timed again alone" in md
-    assert "PyTorch / TVM from the standalone re-times: resnet18 1.10x." in md
+    assert "PyTorch / TVM from the standalone re-times: resnet18 1.10x (pooled)." in md
     assert (
         "**0/2 within 5 % of the table**" in md
-        and "| resnet18: TVM, 500 trials | 2 | 2.3 (4 %) | 1.150 | **no** |" in md
+        and "| resnet18: TVM, 500 trials, pooled | 2 | 2.3 (4 %) | 1.150 | **no** |" in md
     )
     assert json.load(open(tmp_path / "networks.json"))["networks"]["resnet18"]["torch_best"]["mode"] == "jit-frozen"
     assert "| jit-frozen (best) | 2.000 | 4% | yes (1e-06) |" in md and "matches the reference (the first mode)" in md
     assert "| 0 (untuned) | 0.0 | – | 8.000 | 4% | 0.25x | yes (1e-06) | 3 |" in md
     assert "| 500 | 5.0 | 1.440 | 1.600 | 4% | 1.25x |" in md
-    assert "| TVM, 500 trials | 2.000 | 5% | 1.900, 2.000, 2.100 |" in md and "| jit-frozen | 2.100 | 6% |" in md
+    assert (
+        "| TVM, 500 trials | 2.000 | 5% | 1.900, 2.000, 2.100 | 1.900 |" in md and "| jit-frozen | 2.100 | 6% |" in md
+    )
     assert (
         md.count("**Goal") == 2
-        and "met** — 1.05x after 500 trials (side by side, per pass 1.05x, 1.05x, 1.05x, fastest process of each side "
-        "1.05x;"
+        and "met** — 1.05x after 500 trials (side by side, pooled; fastest process of each side 1.05x; per pass "
+        "1.05x, 1.05x, 1.05x;"
         in md
     )
+    # above the goal pooled, below it from the fastest processes: a slow process inflated the pooled reading
+    net["final"]["tvm"]["pass_medians_ms"] = [2.05, 2.0, 2.1]
+    net["final"]["torch"]["pass_medians_ms"] = [1.9, 2.1, 2.2]
+    nw.write_report(res, str(tmp_path))
+    md = open(tmp_path / "networks.md").read()
+    assert "not met** — 1.05x after 500 trials (side by side, pooled; fastest process of each side 0.95x;" in md
     assert "| 0 (untuned) | 0.0 | – | disturbed¹ | – | – |" in md and "¹ shared the machine" in md  # not a result
     assert "0.67x after 500 trials (at the checkpoint;" in md
     assert "not met** — 0.67x" in md and "**NO**" in md  # too slow, and a wrong output fails the goal too
@@ -1203,24 +1220,93 @@ def test_networks_self_check_keeps_the_earlier_rows_of_a_network_whose_files_are
 
     import networks as nw
 
-    fin = {"torch_mode": "jit-frozen", "torch": {"latency_ms": 2.1}, "tvm": {"latency_ms": 2.0}}
+    fin = {
+        "torch_mode": "jit-frozen",
+        "torch": {"latency_ms": 2.1, "pass_medians_ms": [2.2, 2.0]},
+        "tvm": {"latency_ms": 2.0, "pass_medians_ms": [1.9, 2.1]},
+    }
     net = {"final": fin, "checkpoints": [{"trials": 500}]}
     result = {"out": str(tmp_path), "networks_order": ["resnet18"], "networks": {"resnet18": net}}
-    row = {"workload": "resnet18: TVM, 500 trials", "table_ms": 2.0, "standalone_ms": 2.05, "agrees": True}
-    torch_row = dict(row, workload="resnet18: PyTorch jit-frozen", table_ms=2.1)
-    result["self_check"] = {"rows": [row, torch_row], "protocol": None}
+    rows = [
+        {"workload": f"resnet18: {what}", "table_ms": ms, "standalone_ms": ms * 1.01, "agrees": True}
+        for what, ms in (
+            ("TVM, 500 trials, pooled", 2.0),
+            ("TVM, 500 trials, fastest process", 1.9),
+            ("PyTorch jit-frozen, pooled", 2.1),
+            ("PyTorch jit-frozen, fastest process", 2.0),
+        )
+    ]
+    result["self_check"] = {"rows": rows, "protocol": None}
     result["self_check"]["protocol"] = {"started": "day 1"}
-    args = argparse.Namespace(threads=2, repeats=3)
+    args = argparse.Namespace(threads=2, repeats=3, passes=2)
     kept = nw.self_check(result, args, protocol=None)
-    assert [r["earlier"] for r in kept] == [True, True]
-    assert kept[0]["label"] == "resnet18: TVM, 500 trials (earlier self-check)" and kept[0]["standalone_ms"] == 2.05
-    assert kept[0]["checked_by"] == {"started": "day 1"}
+    assert [r["earlier"] for r in kept] == [True] * 4
+    assert kept[0]["label"] == "resnet18: TVM, 500 trials, pooled (earlier self-check)"
+    assert kept[0]["standalone_ms"] == pytest.approx(2.02) and kept[0]["checked_by"] == {"started": "day 1"}
     # checked again later: the rows keep the protocol of the check that timed them, not the later check's
     result["self_check"] = {"rows": kept, "protocol": {"started": "day 2"}}
-    assert [r["checked_by"] for r in nw.self_check(result, args, protocol=None)] == [{"started": "day 1"}] * 2
+    assert [r["checked_by"] for r in nw.self_check(result, args, protocol=None)] == [{"started": "day 1"}] * 4
+    # a check of the pooled figures alone (before the fastest process was a figure) did not check this table
+    result["self_check"] = {"rows": [rows[0], rows[2]], "protocol": {"started": "day 0"}}
+    with pytest.raises(SystemExit, match="--self-check: .*resnet18.* is missing"):
+        nw.self_check(result, args, protocol=None)
+    result["self_check"] = {"rows": kept, "protocol": {"started": "day 2"}}
     fin["tvm"]["latency_ms"] = 1.8  # the table changed since: the earlier check did not check it
     with pytest.raises(SystemExit, match="--self-check: .*resnet18.* is missing"):
         nw.self_check(result, args, protocol=None)
+
+
+def test_networks_self_check_times_each_side_in_as_many_processes_as_the_table_and_checks_both_readings(
+    monkeypatch, tmp_path
+):
+    """A process runs a tuned model fast or ~1.7x slower for its whole life: one standalone process per side
+    cannot check a figure taken over several. Each side is timed in ``passes`` fresh processes, alternating; the
+    pooled median is checked against the table's pooled median, the fastest process against its fastest process."""
+    import argparse
+
+    import networks as nw
+
+    net_dir = tmp_path / "resnet18"
+    (net_dir / "db-500").mkdir(parents=True)
+    for f in ("weights.safetensors", "input.safetensors"):
+        (net_dir / f).write_text("")
+    fin = {
+        "torch_mode": "jit-frozen",
+        "torch": {"latency_ms": 2.1, "pass_medians_ms": [2.1, 2.0, 3.4]},
+        "tvm": {"latency_ms": 2.0, "pass_medians_ms": [3.3, 1.9, 2.0]},
+    }
+    result = {
+        "out": str(tmp_path),
+        "target": {"kind": "llvm"},
+        "networks_order": ["resnet18"],
+        "networks": {"resnet18": {"final": fin, "checkpoints": [{"trials": 500}]}},
+    }
+    # per process: TVM fast, slow, fast; PyTorch fast, fast, slow (each process's samples all alike)
+    process_ms = {"tvm": iter([1.95, 3.3, 2.02]), "torch": iter([2.05, 2.3, 3.5])}
+    order = []
+
+    def fake_time(argv, setup, threads, repeats, protocol, phase):
+        side = "torch" if "mode" in setup else "tvm"
+        order.append(side)
+        ms = next(process_ms[side])
+        return {"latency_ms": ms, "spread_pct": 2.0, "samples_ms": [ms] * repeats}
+
+    monkeypatch.setattr(nw, "time_in_process", fake_time)
+    args = argparse.Namespace(threads=2, repeats=4, passes=3, torch_python="python")
+    rows = {r["workload"]: r for r in nw.self_check(result, args, protocol=None)}
+    assert order == ["tvm", "torch", "torch", "tvm", "tvm", "torch"]  # alternating, the order rotated each pass
+    fastest, pooled = rows["resnet18: TVM, 500 trials, fastest process"], rows["resnet18: TVM, 500 trials, pooled"]
+    assert fastest["table_ms"] == 1.9 and fastest["standalone_ms"] == 1.95 and fastest["agrees"]
+    assert fastest["process_medians_ms"] == [1.95, 3.3, 2.02] and fastest["processes"] == 3
+    assert pooled["table_ms"] == 2.0 and pooled["standalone_ms"] == 2.02 and pooled["agrees"]
+    torch_fastest = rows["resnet18: PyTorch jit-frozen, fastest process"]
+    assert torch_fastest["table_ms"] == 2.0 and torch_fastest["standalone_ms"] == 2.05 and torch_fastest["agrees"]
+    torch_pooled = rows["resnet18: PyTorch jit-frozen, pooled"]
+    assert torch_pooled["standalone_ms"] == 2.3 and not torch_pooled["agrees"]  # a slow process more than the table
+    page = dict(result, networks={}, protocol=None, command="networks.py", date="today", machine="test", threads=2)
+    page.update(image=224, seed=0, repeats=4, self_check={"rows": list(rows.values()), "protocol": None})
+    md = nw.markdown(page)
+    assert "PyTorch / TVM from the standalone re-times: resnet18 1.14x (pooled), resnet18 1.05x (fastest)." in md
 
 
 def test_every_al_ansor_method_is_recognised_from_its_stored_session():
