@@ -72,7 +72,10 @@ import _report  # noqa: E402
 
 from workbench.relax_model import COMPARE_TOLERANCE as TOLERANCE  # noqa: E402  (one table: the CLI's check too)
 
-NETWORKS = ("resnet18", "mobilenet_v2", "resnet18-int8")
+NETWORKS = ("resnet18", "mobilenet_v2", "resnet18-int8", "resnet18-nhwc")
+# Networks that are another build of an architecture: the model's keyword arguments (the same weights and input;
+# PyTorch runs the same network for both)
+VARIANTS = {"nhwc": {"layout": "NHWC"}}
 # Hand-written reading of the measured figures, appended to the page (rewrite it with the figures it reads:
 # ``--report-only`` regenerates the page from networks.json).
 ANALYSIS = os.path.join(HERE, "networks_analysis.md")
@@ -105,8 +108,17 @@ def parse_networks(text: str) -> list[str]:
 
 
 def split_name(name: str) -> tuple[str, str]:
-    """A network's architecture and dtype: resnet18-int8 -> (resnet18, int8), mobilenet_v2 -> (.., float32)."""
-    return (name[: -len("-int8")], "int8") if name.endswith("-int8") else (name, "float32")
+    """A network's architecture and dtype: resnet18-int8 -> (resnet18, int8), mobilenet_v2 -> (.., float32),
+    resnet18-nhwc -> (resnet18, float32)."""
+    if name.endswith("-int8"):
+        return name[: -len("-int8")], "int8"
+    arch, _, variant = name.partition("-")
+    return (arch, "float32") if variant in VARIANTS else (name, "float32")
+
+
+def model_kwargs(name: str) -> dict:
+    """The keyword arguments of a network's variant (``VARIANTS``): resnet18-nhwc -> {"layout": "NHWC"}."""
+    return dict(VARIANTS.get(name.partition("-")[2], {})) if not name.endswith("-int8") else {}
 
 
 def agreement(output: list, reference: list, dtype: str = "float32") -> dict:
@@ -275,7 +287,9 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
         shutil.move(net_dir, f"{net_dir}.interrupted-{time.strftime('%Y%m%d-%H%M%S')}")
     os.makedirs(net_dir)
     arch, dtype = split_name(name)
-    model = (rm.INT8_MODELS if dtype == "int8" else rm.MODELS)[arch](image=args.image, seed=args.seed)
+    model = (rm.INT8_MODELS if dtype == "int8" else rm.MODELS)[arch](
+        image=args.image, seed=args.seed, **model_kwargs(name)
+    )
     files = network_files(net_dir)
     rm.save_weights(model, files["weights"])
     rm.save_tensors(files["input"], {"x": model.example_input(args.seed + 7)})
@@ -742,7 +756,7 @@ def write_report(result: dict, results_dir: str) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated: resnet18, mobilenet_v2")
+    ap.add_argument("--networks", default=",".join(NETWORKS), help=f"comma-separated: {', '.join(NETWORKS)}")
     ap.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)), help="trial counts to time at")
     ap.add_argument("--image", type=int, default=224, help="input height and width (a small one for a smoke run)")
     ap.add_argument("--seed", type=int, default=0)

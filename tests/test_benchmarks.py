@@ -1108,6 +1108,10 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
     ok, bad = nw.agreement([1.0, -3.0], [1.0, -3.002]), nw.agreement([1.0, 0.5], [1.0, 0.0])
     assert ok["matches"] and ok["scale"] == pytest.approx(3.002) and not bad["matches"]
     assert nw.split_name("resnet18-int8") == ("resnet18", "int8") and nw.split_name("mobilenet_v2")[1] == "float32"
+    assert nw.split_name("resnet18-nhwc") == ("resnet18", "float32") and nw.model_kwargs("resnet18-nhwc") == {
+        "layout": "NHWC"
+    }
+    assert nw.model_kwargs("mobilenet_v2") == {} and nw.model_kwargs("resnet18-int8") == {}
     assert nw.agreement([1.0, 0.5], [1.0, 0.495], "int8")["matches"]  # int8's tolerance is wider
     # an int8 output is judged against the PyTorch engine it is closest to (the engines round differently)
     refs = {"quantized-x86": [50.0, 1.0], "quantized-fbgemm": [50.0, 2.1]}

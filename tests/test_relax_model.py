@@ -184,11 +184,38 @@ def test_model_command_rejects_bad_dtypes_and_other_models_options(capsys, tmp_p
         ["mobilenet_v2", "--dtype", "int8"],
         ["mobilenet_v2", "--stages", "2"],
         ["resnet18", "--width-mult", "0.5"],
+        ["mobilenet_v2", "--layout", "NHWC"],
+        ["resnet18", "--dtype", "int8", "--layout", "NCHW"],
     ):
         assert cli.main(["model", *argv, "--db", str(tmp_path / "unused.db")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 4 and all(line.startswith("workbench: error:") for line in err)
+    assert len(err) == 6 and all(line.startswith("workbench: error:") for line in err)
     assert "int8" in err[1] and "--stages" in err[2] and "--width-mult" in err[3]
+    assert (
+        "--layout does not apply to mobilenet_v2" in err[4] and "--layout does not apply to resnet18 (int8)" in err[5]
+    )
+    with pytest.raises(SystemExit) as e:
+        cli.main(["model", "resnet18", "--layout", "NCWH"])
+    assert e.value.code == 2
+
+
+def test_an_nhwc_resnet18_computes_the_nchw_networks_function_with_nhwc_conv_tasks(tmp_path):
+    """The layout is a build of the same network: the same input, weights (PyTorch's OIHW) and output; its conv
+    tasks take NHWC activations; the config on disk rebuilds it; a bad layout is one line."""
+    kw = dict(image=64, width=8, stages=2, classes=10)
+    nchw, nhwc = rm.resnet18(**kw), rm.resnet18(**kw, layout="NHWC")
+    assert "layout" not in nchw.config and nhwc.config["layout"] == "NHWC"
+    assert {k: v.shape for k, v in nhwc.weights.items()} == {k: v.shape for k, v in nchw.weights.items()}
+    stem = [t for t in rm.extract(nhwc) if t.arg_shapes[1] == (8, 3, 7, 7)]
+    assert stem and stem[0].arg_shapes[0] == (1, 64, 64, 3)  # the input transposed once, before the stem
+    x = nchw.example_input()
+    a, _ = rm.run(rm.build(nchw), x, repeat=1, min_repeat_ms=0)
+    b, _ = rm.run(rm.build(nhwc), x, repeat=1, min_repeat_ms=0)
+    assert a.shape == b.shape == (1, 10) and np.abs(a - b).max() <= 1e-4 * max(1.0, np.abs(a).max())
+    rm.save_weights(nhwc, str(tmp_path / "w.safetensors"))
+    assert rm.from_config(*rm.load_weights(str(tmp_path / "w.safetensors"))).config == nhwc.config
+    with pytest.raises(WorkbenchError, match="layout must be one of NCHW, NHWC"):
+        rm.resnet18(**kw, layout="NCWH")
 
 
 def test_int8_resnet18_is_the_float_network_quantized_with_u8_s8_convs(tmp_path):

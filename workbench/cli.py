@@ -190,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--width", type=_positive, default=None, help="resnet18: channels of the first stage (default 64)")
     m.add_argument("--stages", type=_positive, default=None, help="resnet18: residual stages, 1-4 (default 4)")
     m.add_argument("--width-mult", type=_fraction, default=None, help="mobilenet_v2: channel multiplier (default 1.0)")
+    m.add_argument(
+        "--layout",
+        choices=["NCHW", "NHWC"],
+        default=None,
+        help="resnet18 float32: the activations' layout between the layers (default NCHW, PyTorch's; int8 is NHWC)",
+    )
     m.add_argument("--batch", type=_positive, default=1)
     m.add_argument(
         "--trials",
@@ -694,10 +700,12 @@ def cmd_transfer(args) -> int:
 
 def _model_from_args(args, rm):
     """The model the ``model`` subcommand's options describe; an option of the other model is a user mistake."""
-    own = {"resnet18": ("width", "stages"), "mobilenet_v2": ("width_mult",)}[args.name]
-    for opt in ("width", "stages", "width_mult"):
+    own = {"resnet18": ("width", "stages", "layout"), "mobilenet_v2": ("width_mult",)}[args.name]
+    if args.dtype == "int8":
+        own = tuple(o for o in own if o != "layout")  # the int8 network's layout is fixed (NHWC, for VNNI)
+    for opt in ("width", "stages", "width_mult", "layout"):
         if opt not in own and getattr(args, opt) is not None:
-            raise WorkbenchError(f"--{opt.replace('_', '-')} does not apply to {args.name}")
+            raise WorkbenchError(f"--{opt.replace('_', '-')} does not apply to {args.name} ({args.dtype})")
     table = rm.INT8_MODELS if args.dtype == "int8" else rm.MODELS
     if args.name not in table:
         raise WorkbenchError(f"{args.name} has no {args.dtype} version (int8: {', '.join(rm.INT8_MODELS)} only)")

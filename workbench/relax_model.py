@@ -54,10 +54,11 @@ def _model_class():
     from tvm.relax.frontend.nn.core import wrap_nested
 
     class BasicBlock(nn.Module):
-        def __init__(self, cin, cout, stride):
-            self.conv1 = nn.Conv2D(cin, cout, 3, stride, 1, bias=True)
-            self.conv2 = nn.Conv2D(cout, cout, 3, 1, 1, bias=True)
-            self.down = nn.Conv2D(cin, cout, 1, stride, 0, bias=True) if (stride != 1 or cin != cout) else None
+        def __init__(self, cin, cout, stride, layout):
+            self.conv1 = nn.Conv2D(cin, cout, 3, stride, 1, bias=True, data_layout=layout)
+            self.conv2 = nn.Conv2D(cout, cout, 3, 1, 1, bias=True, data_layout=layout)
+            down = stride != 1 or cin != cout
+            self.down = nn.Conv2D(cin, cout, 1, stride, 0, bias=True, data_layout=layout) if down else None
 
         def forward(self, x):
             y = nn.op.relu(self.conv1(x))
@@ -66,22 +67,30 @@ def _model_class():
             return nn.op.relu(nn.op.add(y, skip))
 
     class ResNet18(nn.Module):
-        def __init__(self, width=64, classes=1000, stages=4):
-            self.stem = nn.Conv2D(3, width, 7, 2, 3, bias=True)
+        """``layout``: the activations' layout between the layers. The input arrives NCHW either way (as
+        PyTorch's does; NHWC transposes it once) and the conv weights stay OIHW (PyTorch's names and shapes)."""
+
+        def __init__(self, width=64, classes=1000, stages=4, layout="NCHW"):
+            self.layout = layout
+            self.stem = nn.Conv2D(3, width, 7, 2, 3, bias=True, data_layout=layout)
             blocks, cin = [], width
             for s in range(stages):
                 cout = width * 2**s
-                blocks += [BasicBlock(cin, cout, 1 if s == 0 else 2), BasicBlock(cout, cout, 1)]
+                blocks += [BasicBlock(cin, cout, 1 if s == 0 else 2, layout), BasicBlock(cout, cout, 1, layout)]
                 cin = cout
             self.blocks = nn.ModuleList(blocks)
             self.fc = nn.Linear(cin, classes)
 
         def forward(self, x):
+            if self.layout == "NHWC":
+                x = wrap_nested(relax.op.permute_dims(x._expr, [0, 2, 3, 1]), "to_nhwc")
             y = nn.op.relu(self.stem(x))
-            y = wrap_nested(relax.op.nn.max_pool2d(y._expr, pool_size=3, strides=2, padding=1), "maxpool")
+            pool = relax.op.nn.max_pool2d(y._expr, pool_size=3, strides=2, padding=1, layout=self.layout)
+            y = wrap_nested(pool, "maxpool")
             for b in self.blocks:
                 y = b(y)
-            y = wrap_nested(relax.op.mean(y._expr, axis=[2, 3]), "avgpool")
+            spatial = [1, 2] if self.layout == "NHWC" else [2, 3]
+            y = wrap_nested(relax.op.mean(y._expr, axis=spatial), "avgpool")
             return self.fc(y)
 
     return ResNet18
@@ -205,6 +214,11 @@ def _bind_random_weights(arch: str, module, shape: tuple, config: dict, seed: in
     return RelaxModel(mod, shape, dict(arch=arch, **config, seed=seed), arrays)
 
 
+# The activation layouts a float32 ResNet-18 can be built with: NCHW (PyTorch's, the default) or NHWC, where a
+# conv's output channels are contiguous and its tuned kernels vectorize over them.
+LAYOUTS = ("NCHW", "NHWC")
+
+
 def _check_resnet18(batch, image, width, classes, stages) -> None:
     _positive_ints("resnet18", batch=batch, image=image, width=width, classes=classes)
     if stages not in (1, 2, 3, 4):
@@ -221,14 +235,21 @@ def resnet18(
     stages: int = 4,
     seed: int = 0,
     weights: dict | None = None,
+    layout: str = "NCHW",
 ) -> RelaxModel:
     """ResNet-18's structure; ``image``, ``width`` and ``stages`` shrink it for quick runs (224, 64, 4 = the real one).
 
-    ``weights``: name -> array (e.g. another model's ``weights``) instead of random ones drawn from ``seed``."""
+    ``weights``: name -> array (e.g. another model's ``weights``) instead of random ones drawn from ``seed``.
+    ``layout``: the activations' layout (``LAYOUTS``); the input, the weights and the output are the same for
+    both, so both builds compute the same function of the same parameters."""
     _check_resnet18(batch, image, width, classes, stages)
+    if layout not in LAYOUTS:
+        raise WorkbenchError(f"resnet18: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     tvm_env.setup()
-    module = _model_class()(width=width, classes=classes, stages=stages)
+    module = _model_class()(width=width, classes=classes, stages=stages, layout=layout)
     config = {"batch": batch, "image": image, "width": width, "classes": classes, "stages": stages}
+    if layout != "NCHW":  # a config without it is NCHW, as every model built before the option was
+        config["layout"] = layout
     return _bind_random_weights("resnet18", module, (batch, 3, image, image), config, seed, weights)
 
 
