@@ -18,7 +18,8 @@ For each network (batch 1, float32, random weights drawn from ``--seed``; ``work
    ``torch.jit.trace`` + ``freeze`` + ``optimize_for_inference``; the better one is "PyTorch's best". For
    ``resnet18-int8`` (``relax_model.resnet18_int8``: the same float32 weights quantized, int8 per channel, uint8
    activations per tensor) PyTorch's quantized backend with the same int8 parameters, engine ``x86`` and
-   ``fbgemm``;
+   ``fbgemm``. ``resnet18-nhwc`` is the float32 ResNet-18 built with NHWC activations (``layout="NHWC"``: the
+   same input, weights and output; PyTorch runs the same network);
 5. after the largest budget, the headline ratio is measured side by side: PyTorch's best mode and the tuned
    model, each alone in a fresh process, alternately ``--passes`` times, samples pooled per side (the
    checkpoints were timed minutes apart; a host whose speed drifts between minutes moves both sides alike here).
