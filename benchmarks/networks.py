@@ -406,6 +406,21 @@ def run_network(name: str, args, target: dict, protocol, save) -> dict:
     return entry
 
 
+def time_alternately(sides: dict, order: list, args, protocol, phase) -> dict:
+    """Each side (name -> (argv, setup)) alone in a fresh process, ``args.passes`` times, alternating, the order
+    reversed after each pass so that neither side always follows the other; each side's timings in pass order.
+    ``phase(side, pass_number)`` names a timing for the protocol (passes counted from 1)."""
+    runs: dict = {side: [] for side in sides}
+    for p in range(args.passes):
+        for side in order:
+            argv, setup = sides[side]
+            r = time_in_process(argv, setup, args.threads, args.repeats, protocol, phase(side, p + 1))
+            r.pop("output", None)
+            runs[side].append(r)
+        order = order[::-1]
+    return runs
+
+
 def final_comparison(name, files, db_dir, target, entry, args, protocol) -> dict:
     """The headline ratio, measured side by side: PyTorch's best mode and the model tuned to the largest budget,
     each alone in a fresh process, alternately ``args.passes`` times (the order rotated each pass), samples pooled
@@ -413,20 +428,12 @@ def final_comparison(name, files, db_dir, target, entry, args, protocol) -> dict
     sides meet every drift alike."""
     mode = entry["torch_best"]["mode"]
     sides = {"torch": torch_side(files, mode, args), "tvm": tvm_side(files, target, db_dir, args.threads)}
-    samples: dict = {"torch": [], "tvm": []}
-    pass_medians: dict = {"torch": [], "tvm": []}
-    order = ["torch", "tvm"]
-    for p in range(args.passes):
-        for side in order:
-            argv, setup = sides[side]
-            what = f"PyTorch ({mode})" if side == "torch" else f"TVM after {entry['checkpoints'][-1]['trials']} trials"
-            r = time_in_process(
-                argv, setup, args.threads, args.repeats, protocol, f"final: {name}, {what} (pass {p + 1}/{args.passes})"
-            )
-            r.pop("output", None)
-            samples[side].extend(r["samples_ms"])
-            pass_medians[side].append(round(r["latency_ms"], 4))
-        order.reverse()
+    what = {"torch": f"PyTorch ({mode})", "tvm": f"TVM after {entry['checkpoints'][-1]['trials']} trials"}
+    runs = time_alternately(
+        sides, ["torch", "tvm"], args, protocol, lambda side, p: f"final: {name}, {what[side]} (pass {p}/{args.passes})"
+    )
+    samples = {side: [x for r in rs for x in r["samples_ms"]] for side, rs in runs.items()}
+    pass_medians = {side: [round(r["latency_ms"], 4) for r in rs] for side, rs in runs.items()}
     out = {"passes": args.passes, "torch_mode": mode}
     for side in ("torch", "tvm"):
         st = _report.summarize([x / 1e3 for x in samples[side]])
@@ -499,25 +506,12 @@ def self_check(result: dict, args, protocol) -> list:
             "tvm": tvm_side(files, result["target"], checkpoint_db(net_dir, trials), args.threads),
             "torch": torch_side(files, fin["torch_mode"], args),
         }
-        samples: dict = {"tvm": [], "torch": []}
-        medians: dict = {"tvm": [], "torch": []}
-        spreads: dict = {"tvm": [], "torch": []}
-        order = ["tvm", "torch"]
-        for p in range(args.passes):
-            for side in order:
-                argv, setup = sides[side]
-                r = time_in_process(
-                    argv,
-                    setup,
-                    args.threads,
-                    args.repeats,
-                    protocol,
-                    f"self-check: {name} {side} ({p + 1}/{args.passes})",
-                )
-                samples[side] += r["samples_ms"]
-                medians[side].append(r["latency_ms"])
-                spreads[side].append(r["spread_pct"] / 100)
-            order.reverse()
+        runs = time_alternately(
+            sides, ["tvm", "torch"], args, protocol, lambda side, p: f"self-check: {name} {side} ({p}/{args.passes})"
+        )
+        samples = {side: [x for r in rs for x in r["samples_ms"]] for side, rs in runs.items()}
+        medians = {side: [r["latency_ms"] for r in rs] for side, rs in runs.items()}
+        spreads = {side: [r["spread_pct"] / 100 for r in rs] for side, rs in runs.items()}
         for f in figures:
             side = f["side"]
             if f["kind"] == "pooled":

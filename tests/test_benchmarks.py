@@ -1312,6 +1312,16 @@ def test_networks_self_check_times_each_side_in_as_many_processes_as_the_table_a
     md = nw.markdown(page)
     assert "PyTorch / TVM from the standalone re-times: resnet18 1.14x (pooled), resnet18 1.05x (fastest)." in md
 
+    # the table's side-by-side passes alternate the same way, PyTorch first
+    process_ms.update(tvm=iter([2.0, 1.9, 2.1]), torch=iter([2.2, 2.0, 2.4]))
+    order.clear()
+    entry = {"torch_best": {"mode": "jit-frozen"}, "checkpoints": [{"trials": 500}]}
+    fin = nw.final_comparison("resnet18", {"weights": "w", "input": "x"}, "db", {}, entry, args, protocol=None)
+    assert order == ["torch", "tvm", "tvm", "torch", "torch", "tvm"]
+    assert fin["tvm"]["pass_medians_ms"] == [2.0, 1.9, 2.1] and fin["torch"]["pass_medians_ms"] == [2.2, 2.0, 2.4]
+    assert fin["tvm"]["latency_ms"] == 2.0 and fin["tvm"]["samples"] == 12
+    assert fin["speedup_vs_torch_best"] == pytest.approx(1.1)
+
 
 def test_every_al_ansor_method_is_recognised_from_its_stored_session():
     """The report finds each run's method from the session's strategy and preset parameters: a variant whose
