@@ -73,10 +73,15 @@ import _report  # noqa: E402
 
 from workbench.relax_model import COMPARE_TOLERANCE as TOLERANCE  # noqa: E402  (one table: the CLI's check too)
 
-NETWORKS = ("resnet18", "mobilenet_v2", "resnet18-int8", "resnet18-nhwc")
-# Networks that are another build of an architecture: the model's keyword arguments (the same weights and input;
-# PyTorch runs the same network for both)
-VARIANTS = {"nhwc": {"layout": "NHWC"}}
+# Each network: (architecture, dtype, the model constructor's keyword arguments). resnet18-nhwc is another build
+# of resnet18 (the same weights, input and output; PyTorch runs the same network for both).
+BUILDS = {
+    "resnet18": ("resnet18", "float32", {}),
+    "mobilenet_v2": ("mobilenet_v2", "float32", {}),
+    "resnet18-int8": ("resnet18", "int8", {}),
+    "resnet18-nhwc": ("resnet18", "float32", {"layout": "NHWC"}),
+}
+NETWORKS = tuple(BUILDS)
 # Hand-written reading of the measured figures, appended to the page (rewrite it with the figures it reads:
 # ``--report-only`` regenerates the page from networks.json).
 ANALYSIS = os.path.join(HERE, "networks_analysis.md")
@@ -109,17 +114,15 @@ def parse_networks(text: str) -> list[str]:
 
 
 def split_name(name: str) -> tuple[str, str]:
-    """A network's architecture and dtype: resnet18-int8 -> (resnet18, int8), mobilenet_v2 -> (.., float32),
-    resnet18-nhwc -> (resnet18, float32)."""
-    if name.endswith("-int8"):
-        return name[: -len("-int8")], "int8"
-    arch, _, variant = name.partition("-")
-    return (arch, "float32") if variant in VARIANTS else (name, "float32")
+    """A network's architecture and dtype (``BUILDS``): resnet18-int8 -> (resnet18, int8), resnet18-nhwc ->
+    (resnet18, float32)."""
+    arch, dtype, _ = BUILDS[name]
+    return arch, dtype
 
 
 def model_kwargs(name: str) -> dict:
-    """The keyword arguments of a network's variant (``VARIANTS``): resnet18-nhwc -> {"layout": "NHWC"}."""
-    return dict(VARIANTS.get(name.partition("-")[2], {})) if not name.endswith("-int8") else {}
+    """The model constructor's keyword arguments of a network (``BUILDS``): resnet18-nhwc -> {"layout": "NHWC"}."""
+    return dict(BUILDS[name][2])
 
 
 def agreement(output: list, reference: list, dtype: str = "float32") -> dict:
