@@ -1201,8 +1201,7 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
     )
     assert (
         md.count("**Goal") == 2
-        and "met** — 1.05x after 500 trials (side by side, pooled; fastest process of each side 1.05x; per pass "
-        "1.05x, 1.05x, 1.05x;"
+        and "met** — 1.05x after 500 trials (side by side, pooled; fastest process 1.05x; per pass 1.05x, 1.05x, 1.05x;"
         in md
     )
     # above the goal pooled, below it from the fastest processes: a slow process inflated the pooled reading
@@ -1210,7 +1209,7 @@ def test_networks_page_compares_every_checkpoint_with_pytorchs_best_mode(tmp_pat
     net["final"]["torch"]["pass_medians_ms"] = [1.9, 2.1, 2.2]
     nw.write_report(res, str(tmp_path))
     md = open(tmp_path / "networks.md").read()
-    assert "not met** — 1.05x after 500 trials (side by side, pooled; fastest process of each side 0.95x;" in md
+    assert "not met** — 1.05x after 500 trials (side by side, pooled; fastest process 0.95x;" in md
     assert "| 0 (untuned) | 0.0 | – | disturbed¹ | – | – |" in md and "¹ shared the machine" in md  # not a result
     assert "0.67x after 500 trials (at the checkpoint;" in md
     assert "not met** — 0.67x" in md and "**NO**" in md  # too slow, and a wrong output fails the goal too
@@ -1243,13 +1242,13 @@ def test_networks_self_check_keeps_the_earlier_rows_of_a_network_whose_files_are
     result["self_check"] = {"rows": rows, "protocol": None}
     result["self_check"]["protocol"] = {"started": "day 1"}
     args = argparse.Namespace(threads=2, repeats=3, passes=2)
-    kept = nw.self_check(result, args, protocol=None)
-    assert [r["earlier"] for r in kept] == [True] * 4
+    kept, kept_ratios = nw.self_check(result, args, protocol=None)
+    assert [r["earlier"] for r in kept] == [True] * 4 and kept_ratios == []  # an alternating table: no ratio rows
     assert kept[0]["label"] == "resnet18: TVM, 500 trials, pooled (earlier self-check)"
     assert kept[0]["standalone_ms"] == pytest.approx(2.02) and kept[0]["checked_by"] == {"started": "day 1"}
     # checked again later: the rows keep the protocol of the check that timed them, not the later check's
     result["self_check"] = {"rows": kept, "protocol": {"started": "day 2"}}
-    assert [r["checked_by"] for r in nw.self_check(result, args, protocol=None)] == [{"started": "day 1"}] * 4
+    assert [r["checked_by"] for r in nw.self_check(result, args, protocol=None)[0]] == [{"started": "day 1"}] * 4
     # a check of the pooled figures alone (before the fastest process was a figure) did not check this table
     result["self_check"] = {"rows": [rows[0], rows[2]], "protocol": {"started": "day 0"}}
     with pytest.raises(SystemExit, match="--self-check: .*resnet18.* is missing"):
@@ -1260,67 +1259,170 @@ def test_networks_self_check_keeps_the_earlier_rows_of_a_network_whose_files_are
         nw.self_check(result, args, protocol=None)
 
 
-def test_networks_self_check_times_each_side_in_as_many_processes_as_the_table_and_checks_both_readings(
-    monkeypatch, tmp_path
-):
-    """A process runs a tuned model fast or ~1.7x slower for its whole life: one standalone process per side
-    cannot check a figure taken over several. Each side is timed in ``passes`` fresh processes, alternating; the
-    pooled median is checked against the table's pooled median, the fastest process against its fastest process."""
+class _FakeNetworkWorkers:
+    """Stands in for ``networks.open_worker``: each process of a side answers its rounds with the latencies given
+    for it (ms, one per round), and every call is logged."""
+
+    def __init__(self, per_process: dict):
+        self.per_process = {side: iter(ps) for side, ps in per_process.items()}
+        self.log, self.closed = [], 0
+
+    def __call__(self, argv, setup, threads):
+        side = "torch" if "mode" in setup else "tvm"
+        rounds, owner = iter(next(self.per_process[side])), self
+        self.log.append(("setup", side))
+
+        class Worker:
+            def call(self, cmd, repeats, min_repeat_ms):
+                owner.log.append(("time", side))
+                return {"samples": [next(rounds) / 1e3] * repeats, "wait_fraction": 0.01, "other_cores": 0.0}
+
+            def close(self):
+                owner.closed += 1
+
+        return Worker(), {"output": [0.0]}
+
+
+class _FakeProtocol:
+    def __init__(self):
+        self.phases = []
+
+    def phase(self, name):
+        self.phases.append(name)
+
+
+def test_networks_side_by_side_times_both_sides_round_by_round_in_fresh_processes(monkeypatch, tmp_path):
+    """This host's speed for a whole network drifts within seconds and a process can run slow for life: the
+    table's sides are timed a round at a time in the same pass (each alone, the order reversed each round and each
+    pass), in fresh processes per pass; the self-check times it again the same way and checks each latency and
+    each reading of PyTorch / TVM (pooled, fastest process, round by round)."""
     import argparse
 
     import networks as nw
 
+    monkeypatch.setattr(nw._quiet, "quiesce", lambda **kw: {"quiet": True})
+    # pass 1: both sides fast; pass 2: the host slower for both, TVM's second round slower still
+    fake = _FakeNetworkWorkers({"torch": [[2.2, 2.2], [3.3, 3.3]], "tvm": [[2.0, 2.0], [3.0, 3.3]]})
+    monkeypatch.setattr(nw, "open_worker", fake)
+    args = argparse.Namespace(threads=2, repeats=4, passes=2, rounds=2, torch_python="python")
+    entry = {"torch_best": {"mode": "jit-frozen"}, "checkpoints": [{"trials": 500}]}
+    protocol = _FakeProtocol()
+    fin = nw.final_comparison("resnet18", {"weights": "w", "input": "x"}, "db", {}, entry, args, protocol)
+    assert [x for x in fake.log if x[0] == "time"] == [
+        ("time", s) for s in ("torch", "tvm", "tvm", "torch", "tvm", "torch", "torch", "tvm")
+    ]
+    assert [x for x in fake.log if x[0] == "setup"] == [("setup", s) for s in ("torch", "tvm", "tvm", "torch")]
+    assert fake.closed == 4 and len(protocol.phases) == 2 and "(pass 2/2)" in protocol.phases[1]
+    assert fin["rounds"] == [{"torch": 2.2, "tvm": 2.0}] * 2 + [{"tvm": 3.0, "torch": 3.3}, {"torch": 3.3, "tvm": 3.3}]
+    assert fin["tvm"]["pass_medians_ms"] == [2.0, 3.15] and fin["torch"]["pass_medians_ms"] == [2.2, 3.3]
+    assert fin["tvm"]["samples"] == 2 * 2 * nw.ROUND_SAMPLES and fin["tvm"]["latency_ms"] == pytest.approx(2.5)
+    assert fin["readings"] == pytest.approx({"pooled": 2.75 / 2.5, "fastest process": 1.1, "round by round": 1.1})
+
+    # the page reads all three, and the goal needs each of them
+    page = {"networks_order": ["resnet18"], "protocol": None, "command": "networks.py", "date": "today"}
+    page.update(machine="test", threads=2, image=224, seed=0, repeats=4)
+    net = dict(entry, final=fin, complete=True, dtype="float32", budgets=[500], config={}, tasks=1, task_calls=1)
+    net.update(gflop=1.0, tuning_wall_s=60.0)
+    timing = dict(latency_ms=2.2, spread_pct=3.0, matches=True, max_abs_error=0.0)
+    net["torch"] = {"jit-frozen": timing}
+    net["checkpoints"] = [dict(timing, trials=500, tuning_s=60.0, estimated_ms=2.0, speedup_vs_torch_best=1.1)]
+    net["checkpoints"][0].update(compile_s=3.0)
+    page["networks"] = {"resnet18": net}
+    md = nw.markdown(page)
+    assert "2 rounds per pass, each side alone in turn" in md
+    assert "Round by round, PyTorch / TVM: median 1.10x over 4 rounds (from 1.00x to 1.10x)." in md
+    assert "met** — 1.10x after 500 trials (side by side, pooled; fastest process 1.10x; round by round 1.10x;" in md
+    net["final"] = dict(fin, rounds=[{"torch": 2.0, "tvm": 2.1}] * 3)
+    assert "not met** — 1.10x after 500 trials (side by side, pooled; fastest process 1.10x; round by round 0.95x;" in (
+        nw.markdown(page)
+    )
+
+    # the self-check: the same timing again, TVM's pass 1 process 4 % slower, PyTorch's fastest process as before
     net_dir = tmp_path / "resnet18"
     (net_dir / "db-500").mkdir(parents=True)
     for f in ("weights.safetensors", "input.safetensors"):
         (net_dir / f).write_text("")
-    fin = {
-        "torch_mode": "jit-frozen",
-        "torch": {"latency_ms": 2.1, "pass_medians_ms": [2.1, 2.0, 3.4]},
-        "tvm": {"latency_ms": 2.0, "pass_medians_ms": [3.3, 1.9, 2.0]},
-    }
-    result = {
-        "out": str(tmp_path),
-        "target": {"kind": "llvm"},
-        "networks_order": ["resnet18"],
-        "networks": {"resnet18": {"final": fin, "checkpoints": [{"trials": 500}]}},
-    }
-    # per process: TVM fast, slow, fast; PyTorch fast, fast, slow (each process's samples all alike)
-    process_ms = {"tvm": iter([1.95, 3.3, 2.02]), "torch": iter([2.05, 2.3, 3.5])}
-    order = []
-
-    def fake_time(argv, setup, threads, repeats, protocol, phase):
-        side = "torch" if "mode" in setup else "tvm"
-        order.append(side)
-        ms = next(process_ms[side])
-        return {"latency_ms": ms, "spread_pct": 2.0, "samples_ms": [ms] * repeats}
-
-    monkeypatch.setattr(nw, "time_in_process", fake_time)
-    args = argparse.Namespace(threads=2, repeats=4, passes=3, torch_python="python")
-    rows = {r["workload"]: r for r in nw.self_check(result, args, protocol=None)}
-    assert order == ["tvm", "torch", "torch", "tvm", "tvm", "torch"]  # alternating, the order rotated each pass
-    fastest, pooled = rows["resnet18: TVM, 500 trials, fastest process"], rows["resnet18: TVM, 500 trials, pooled"]
-    assert fastest["table_ms"] == 1.9 and fastest["standalone_ms"] == 1.95 and fastest["agrees"]
-    assert fastest["process_medians_ms"] == [1.95, 3.3, 2.02] and fastest["processes"] == 3
-    assert pooled["table_ms"] == 2.0 and pooled["standalone_ms"] == 2.02 and pooled["agrees"]
-    torch_fastest = rows["resnet18: PyTorch jit-frozen, fastest process"]
-    assert torch_fastest["table_ms"] == 2.0 and torch_fastest["standalone_ms"] == 2.05 and torch_fastest["agrees"]
-    torch_pooled = rows["resnet18: PyTorch jit-frozen, pooled"]
-    assert torch_pooled["standalone_ms"] == 2.3 and not torch_pooled["agrees"]  # a slow process more than the table
-    page = dict(result, networks={}, protocol=None, command="networks.py", date="today", machine="test", threads=2)
-    page.update(image=224, seed=0, repeats=4, self_check={"rows": list(rows.values()), "protocol": None})
+    result = {"out": str(tmp_path), "target": {}, "networks_order": ["resnet18"], "networks": {"resnet18": net}}
+    net["final"] = fin
+    fake = _FakeNetworkWorkers({"torch": [[2.2, 2.2], [3.3, 3.3]], "tvm": [[2.08, 2.08], [3.0, 3.3]]})
+    monkeypatch.setattr(nw, "open_worker", fake)
+    rows, ratio_rows = nw.self_check(result, args, protocol)
+    assert [x for x in fake.log if x[0] == "setup"] == [("setup", s) for s in ("tvm", "torch", "torch", "tvm")]
+    rows = {r["workload"]: r for r in rows}
+    fastest = rows["resnet18: TVM, 500 trials, fastest process"]
+    assert fastest["table_ms"] == 2.0 and fastest["standalone_ms"] == 2.08 and fastest["agrees"]
+    assert fastest["process_medians_ms"] == [2.08, 3.15] and fastest["processes"] == 2
+    assert rows["resnet18: PyTorch jit-frozen, pooled"]["agrees"]
+    ratios = {r["reading"]: r for r in ratio_rows}
+    assert ratios["fastest process"]["standalone"] == pytest.approx(2.2 / 2.08) and ratios["fastest process"]["agrees"]
+    assert ratios["round by round"]["table"] == pytest.approx(1.1)
+    assert ratios["round by round"]["standalone"] == pytest.approx(2.2 / 2.08)  # rounds 1.0, 1.058, 1.058, 1.1
+    page["self_check"] = {"rows": list(rows.values()), "ratio_rows": ratio_rows, "protocol": None}
     md = nw.markdown(page)
-    assert "PyTorch / TVM from the standalone re-times: resnet18 1.14x (pooled), resnet18 1.05x (fastest)." in md
+    assert "The side-by-side readings of PyTorch / TVM, timed again by the same command: **3/3 within 5 %" in md
+    assert "| resnet18: PyTorch / TVM, round by round | 1.100x | 1.058x | 0.962 | yes |" in md
 
-    # the table's side-by-side passes alternate the same way, PyTorch first
-    process_ms.update(tvm=iter([2.0, 1.9, 2.1]), torch=iter([2.2, 2.0, 2.4]))
-    order.clear()
-    entry = {"torch_best": {"mode": "jit-frozen"}, "checkpoints": [{"trials": 500}]}
-    fin = nw.final_comparison("resnet18", {"weights": "w", "input": "x"}, "db", {}, entry, args, protocol=None)
-    assert order == ["torch", "tvm", "tvm", "torch", "torch", "tvm"]
-    assert fin["tvm"]["pass_medians_ms"] == [2.0, 1.9, 2.1] and fin["torch"]["pass_medians_ms"] == [2.2, 2.0, 2.4]
-    assert fin["tvm"]["latency_ms"] == 2.0 and fin["tvm"]["samples"] == 12
-    assert fin["speedup_vs_torch_best"] == pytest.approx(1.1)
+    # a table timed before the rounds existed is checked on the readings it has
+    old = {k: v for k, v in fin.items() if k not in ("rounds", "rounds_per_pass")}
+    net["final"] = old
+    monkeypatch.setattr(nw, "open_worker", _FakeNetworkWorkers({"torch": [[2.2] * 2] * 2, "tvm": [[2.0] * 2] * 2}))
+    _, ratio_rows = nw.self_check(result, args, protocol)
+    assert [r["reading"] for r in ratio_rows] == ["pooled", "fastest process"]
+    assert "each side alone in a fresh process, alternating" in nw.markdown(page)
+
+
+def test_networks_retime_final_replaces_the_tables_it_can_time_and_drops_the_stale_self_check(monkeypatch, tmp_path):
+    """``--retime-final`` times each finished network's side-by-side table again from its stores; a network whose
+    files are gone keeps its table; the self-check of the replaced tables leaves the page."""
+    import networks as nw
+
+    out = tmp_path / "out"
+    for name in ("resnet18", "mobilenet_v2"):
+        (out / name / "db-500").mkdir(parents=True)
+        for f in ("weights.safetensors", "input.safetensors"):
+            (out / name / f).write_text("")
+    old_final = {"passes": 3, "torch_mode": "jit-frozen", "speedup_vs_torch_best": 0.9}
+    net = {"complete": True, "final": old_final, "checkpoints": [{"trials": 500}]}
+    result = {
+        "out": str(out),
+        "target": {"kind": "llvm"},
+        "threads": 2,
+        "networks_order": ["resnet18", "mobilenet_v2", "resnet18-int8"],
+        "networks": {"resnet18": dict(net), "mobilenet_v2": dict(net), "resnet18-int8": dict(net)},
+        "self_check": {"rows": [], "protocol": None},
+    }
+    (tmp_path / "networks.json").write_text(json.dumps(result))
+    timed = []
+    monkeypatch.setattr(nw, "subprocess_ok", lambda python: True)
+    monkeypatch.setattr(nw._quiet, "set_thread_env", lambda threads: None)
+    monkeypatch.setattr(nw, "write_report", lambda res, d: (tmp_path / "networks.json").write_text(json.dumps(res)))
+
+    class Protocol:
+        def __init__(self, *a, **kw):
+            pass
+
+        start = finish = lambda self: None
+        summary = lambda self: {"valid": True}  # noqa: E731
+
+    monkeypatch.setattr(nw._quiet, "Protocol", Protocol)
+
+    def fake_final(name, files, db, target, entry, args, protocol):
+        timed.append((name, os.path.basename(db), target))
+        return {"passes": args.passes, "torch_mode": "jit-frozen", "speedup_vs_torch_best": 1.2}
+
+    monkeypatch.setattr(nw, "final_comparison", fake_final)
+    nw.main(["--retime-final", "--results", str(tmp_path), "--threads", "2", "--passes", "5"])
+    res = json.loads((tmp_path / "networks.json").read_text())
+    assert timed == [("resnet18", "db-500", {"kind": "llvm"}), ("mobilenet_v2", "db-500", {"kind": "llvm"})]
+    assert res["networks"]["resnet18"]["final"]["passes"] == 5
+    assert res["networks"]["resnet18"]["final"]["timed_by"]["protocol"] == {"valid": True}
+    assert res["networks"]["mobilenet_v2"]["final"]["timed_by"]["command"].endswith("--threads 2 --passes 5")
+    assert res["networks"]["resnet18-int8"]["final"] == old_final  # its files are gone: its table stays
+    assert "self_check" not in res
+    with pytest.raises(SystemExit, match="--retime-final: the page was timed with 2 threads"):
+        nw.main(["--retime-final", "--results", str(tmp_path), "--threads", "1"])
+    with pytest.raises(SystemExit, match="--passes and --rounds must be at least 1"):
+        nw.main(["--retime-final", "--results", str(tmp_path), "--rounds", "0"])
 
 
 def test_every_al_ansor_method_is_recognised_from_its_stored_session():
