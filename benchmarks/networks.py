@@ -692,6 +692,18 @@ def markdown(result: dict) -> str:
         "",
         _quiet.summary_markdown(result.get("protocol")),
     ]
+    retimed = {}
+    for name in result["networks_order"]:
+        t = ((result["networks"].get(name) or {}).get("final") or {}).get("timed_by")
+        if t:
+            retimed.setdefault(t["command"] + t["date"], (t, []))[1].append(name)
+    for t, names in retimed.values():
+        L += [
+            f"> The side-by-side tables of {', '.join(names)} were timed again after the tuning, on their own "
+            f"(`{t['command']}`, {t['date']}), under this protocol:",
+            "",
+            _quiet.summary_markdown(t.get("protocol")),
+        ]
     earlier = result.get("earlier_runs") or []
     if earlier:
         L += [
@@ -808,10 +820,8 @@ def markdown(result: dict) -> str:
                     "",
                 ]
             if fin.get("timed_by"):
-                t = fin["timed_by"]
                 L += [
-                    f"This table was timed again after the tuning, on its own: `{t['command']}`, {t['date']} "
-                    "(its protocol is in networks.json, `final.timed_by`).",
+                    f"Timed again after the tuning, on its own, {fin['timed_by']['date']} (the protocol box above).",
                     "",
                 ]
         if e.get("complete") and e.get("checkpoints"):
@@ -855,9 +865,9 @@ def markdown(result: dict) -> str:
             for (n, kind), sides in by_net.items()
             if {"tvm", "torch"} <= set(sides)
         ]
-        if ratios:
-            L += [f"PyTorch / TVM from the standalone re-times: {', '.join(ratios)}.", ""]
         ratio_rows = result["self_check"].get("ratio_rows") or []
+        if ratios and not ratio_rows:  # a check from before the readings were checked themselves
+            L += [f"PyTorch / TVM from the standalone re-times: {', '.join(ratios)}.", ""]
         if ratio_rows:
             ok = sum(bool(r["agrees"]) for r in ratio_rows)
             L += [
