@@ -662,6 +662,20 @@ def self_check(result: dict, args, protocol) -> tuple[list, list]:
     return rows, ratio_rows
 
 
+def archived_self_check(check: dict) -> dict:
+    """A self-check replaced on the page by a later one of the same tables, in short: when it ran, how many of its
+    latencies and readings agreed, and each reading it re-timed."""
+    rows, ratio_rows = check.get("rows") or [], check.get("ratio_rows") or []
+    return {
+        "started": (check.get("protocol") or {}).get("started"),
+        "valid": (check.get("protocol") or {}).get("valid"),
+        "command": rows[0]["command"] if rows else None,
+        "latencies": [sum(bool(r.get("agrees")) for r in rows), len(rows)],
+        "readings": [sum(bool(r.get("agrees")) for r in ratio_rows), len(ratio_rows)],
+        "standalone_readings": {r["workload"]: round(r["standalone"], 4) for r in ratio_rows},
+    }
+
+
 def earlier_rows(rows: list, name: str, figures: list, protocol: dict | None, key: str = "table_ms") -> list:
     """``name``'s rows of an earlier self-check, marked ``earlier``, if they checked exactly ``figures`` (the
     table's figures ``checked_figures`` or ``checked_ratios`` names, by label and value, ``key`` in a row and in a
@@ -884,6 +898,25 @@ def markdown(result: dict) -> str:
             ]
             L.append("")
         L.append(_quiet.summary_markdown(result["self_check"]["protocol"]))
+        history = result.get("earlier_self_checks") or []
+        if history:
+            L += [
+                "Earlier self-checks of the same tables, each a full re-time by the same command (replaced above by "
+                "the latest; in short in networks.json, `earlier_self_checks`):",
+                "",
+                "| started | valid | latencies within 5 % | readings within 5 % | readings re-timed (PyTorch / TVM) |",
+                "|---|---|---|---|---|",
+            ]
+            for h in history:
+                by_net: dict = {}
+                for label, x in h["standalone_readings"].items():
+                    by_net.setdefault(label.split(":")[0], []).append(f"{x:.2f}x")
+                readings_md = "; ".join(f"{n} {' / '.join(xs)}" for n, xs in by_net.items())
+                L.append(
+                    f"| {h['started']} | {'yes' if h['valid'] else '**no**'} | {h['latencies'][0]}/{h['latencies'][1]} | "
+                    f"{h['readings'][0]}/{h['readings'][1]} | {readings_md} |"
+                )
+            L += ["", "(readings in the order pooled / fastest process / round by round)", ""]
         earlier: dict = {}
         for r in rows:
             if r.get("earlier"):
@@ -1002,6 +1035,8 @@ def main(argv=None) -> None:
         protocol.start()
         rows, ratio_rows = self_check(result, args, protocol)
         protocol.finish()
+        if result.get("self_check"):  # the tables are the same (a new timing drops their checks): kept, in short
+            result.setdefault("earlier_self_checks", []).append(archived_self_check(result["self_check"]))
         result["self_check"] = {"rows": rows, "ratio_rows": ratio_rows, "protocol": protocol.summary()}
         write_report(result, args.results)
         return
@@ -1129,6 +1164,7 @@ def retime_final(args) -> None:
         result["networks"][name]["final"] = dict(fin, timed_by=dict(stamp, protocol=protocol.summary()))
     if done:
         result.pop("self_check", None)
+        result.pop("earlier_self_checks", None)
     write_report(result, args.results)
 
 

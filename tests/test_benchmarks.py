@@ -1362,6 +1362,14 @@ def test_networks_side_by_side_times_both_sides_round_by_round_in_fresh_processe
     assert "The side-by-side readings of PyTorch / TVM, timed again by the same command: **3/3 within 5 %" in md
     assert "| resnet18: PyTorch / TVM, round by round | 1.100x | 1.058x | 0.962 | yes |" in md
 
+    # a later check of the same tables replaces this one on the page; this one stays there in short
+    page["earlier_self_checks"] = [nw.archived_self_check(page["self_check"] | {"protocol": {"started": "day 1"}})]
+    assert page["earlier_self_checks"][0]["latencies"] == [4, 4] and page["earlier_self_checks"][0]["readings"] == [
+        3,
+        3,
+    ]
+    assert "| day 1 | **no** | 4/4 | 3/3 | resnet18 1.08x / 1.06x / 1.06x |" in nw.markdown(page)
+
     # a table timed before the rounds existed is checked on the readings it has
     old = {k: v for k, v in fin.items() if k not in ("rounds", "rounds_per_pass")}
     net["final"] = old
@@ -1390,6 +1398,7 @@ def test_networks_retime_final_replaces_the_tables_it_can_time_and_drops_the_sta
         "networks_order": ["resnet18", "mobilenet_v2", "resnet18-int8"],
         "networks": {"resnet18": dict(net), "mobilenet_v2": dict(net), "resnet18-int8": dict(net)},
         "self_check": {"rows": [], "protocol": None},
+        "earlier_self_checks": [{"started": "day 1"}],
     }
     (tmp_path / "networks.json").write_text(json.dumps(result))
     timed = []
@@ -1418,7 +1427,7 @@ def test_networks_retime_final_replaces_the_tables_it_can_time_and_drops_the_sta
     assert res["networks"]["resnet18"]["final"]["timed_by"]["protocol"] == {"valid": True}
     assert res["networks"]["mobilenet_v2"]["final"]["timed_by"]["command"].endswith("--threads 2 --passes 5")
     assert res["networks"]["resnet18-int8"]["final"] == old_final  # its files are gone: its table stays
-    assert "self_check" not in res
+    assert "self_check" not in res and "earlier_self_checks" not in res
     with pytest.raises(SystemExit, match="--retime-final: the page was timed with 2 threads"):
         nw.main(["--retime-final", "--results", str(tmp_path), "--threads", "1"])
     with pytest.raises(SystemExit, match="--passes and --rounds must be at least 1"):
