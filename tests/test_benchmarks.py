@@ -1283,14 +1283,6 @@ class _FakeNetworkWorkers:
         return Worker(), {"output": [0.0]}
 
 
-class _FakeProtocol:
-    def __init__(self):
-        self.phases = []
-
-    def phase(self, name):
-        self.phases.append(name)
-
-
 def test_networks_side_by_side_times_both_sides_round_by_round_in_fresh_processes(monkeypatch, tmp_path):
     """This host's speed for a whole network drifts within seconds and a process can run slow for life: the
     table's sides are timed a round at a time in the same pass (each alone, the order reversed each round and each
@@ -1306,13 +1298,14 @@ def test_networks_side_by_side_times_both_sides_round_by_round_in_fresh_processe
     monkeypatch.setattr(nw, "open_worker", fake)
     args = argparse.Namespace(threads=2, repeats=4, passes=2, rounds=2, torch_python="python")
     entry = {"torch_best": {"mode": "jit-frozen"}, "checkpoints": [{"trials": 500}]}
-    protocol = _FakeProtocol()
+    phases = []
+    protocol = _FakeProtocol(phases)
     fin = nw.final_comparison("resnet18", {"weights": "w", "input": "x"}, "db", {}, entry, args, protocol)
     assert [x for x in fake.log if x[0] == "time"] == [
         ("time", s) for s in ("torch", "tvm", "tvm", "torch", "tvm", "torch", "torch", "tvm")
     ]
     assert [x for x in fake.log if x[0] == "setup"] == [("setup", s) for s in ("torch", "tvm", "tvm", "torch")]
-    assert fake.closed == 4 and len(protocol.phases) == 2 and "(pass 2/2)" in protocol.phases[1]
+    assert fake.closed == 4 and len(phases) == 2 and "(pass 2/2)" in phases[1][1]
     assert fin["rounds"] == [{"torch": 2.2, "tvm": 2.0}] * 2 + [{"tvm": 3.0, "torch": 3.3}, {"torch": 3.3, "tvm": 3.3}]
     assert fin["tvm"]["pass_medians_ms"] == [2.0, 3.15] and fin["torch"]["pass_medians_ms"] == [2.2, 3.3]
     assert fin["tvm"]["samples"] == 2 * 2 * nw.ROUND_SAMPLES and fin["tvm"]["latency_ms"] == pytest.approx(2.5)
