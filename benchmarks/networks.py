@@ -1024,16 +1024,8 @@ def main(argv=None) -> None:
     if args.self_check:
         with open(os.path.join(args.results, "networks.json")) as f:
             result = json.load(f)
-        _quiet.set_thread_env(args.threads)
-        protocol = _quiet.Protocol(
-            "networks-self-check",
-            args.threads,
-            args.force,
-            host_wait_s=args.host_wait,
-            reference=args.probe_reference,
-            host_drift=args.host_drift,
-        )
-        protocol.start()
+        require_torch(args)
+        protocol = timing_protocol("networks-self-check", args)
         rows, ratio_rows = self_check(result, args, protocol)
         protocol.finish()
         if result.get("self_check"):  # the tables are the same (a new timing drops their checks): kept, in short
@@ -1048,10 +1040,7 @@ def main(argv=None) -> None:
     names = parse_networks(args.networks)
     if args.image < 64:
         raise SystemExit("networks.py: --image must be at least 64 (ResNet-18's stem and four stages)")
-    if not subprocess_ok(args.torch_python):
-        raise SystemExit(
-            f"networks.py: torch cannot be imported from {args.torch_python!r}; `make torch-env` creates .venv-torch"
-        )
+    require_torch(args)
 
     from workbench import tvm_env
 
@@ -1120,6 +1109,29 @@ def main(argv=None) -> None:
     print(markdown(result))
 
 
+def require_torch(args) -> None:
+    if not subprocess_ok(args.torch_python):
+        raise SystemExit(
+            f"networks.py: torch cannot be imported from {args.torch_python!r}; `make torch-env` creates .venv-torch"
+        )
+
+
+def timing_protocol(name: str, args):
+    """The protocol of a run that only times (``--self-check``, ``--retime-final``), started: every thread pool in
+    this process and its children sized to ``--threads``."""
+    _quiet.set_thread_env(args.threads)
+    protocol = _quiet.Protocol(
+        name,
+        args.threads,
+        args.force,
+        host_wait_s=args.host_wait,
+        reference=args.probe_reference,
+        host_drift=args.host_drift,
+    )
+    protocol.start()
+    return protocol
+
+
 def retime_final(args) -> None:
     """``--retime-final``: each finished network's side-by-side table timed again from its stores in ``--out``
     (the tuned database of its largest budget, its weights and input), replacing the table; a network whose files
@@ -1129,22 +1141,10 @@ def retime_final(args) -> None:
     path = os.path.join(args.results, "networks.json")
     with open(path) as f:
         result = json.load(f)
-    if not subprocess_ok(args.torch_python):
-        raise SystemExit(
-            f"networks.py: torch cannot be imported from {args.torch_python!r}; `make torch-env` creates .venv-torch"
-        )
-    _quiet.set_thread_env(args.threads)
+    require_torch(args)
     if args.threads != result["threads"]:
         raise SystemExit(f"networks.py: --retime-final: the page was timed with {result['threads']} threads")
-    protocol = _quiet.Protocol(
-        "networks-final",
-        args.threads,
-        args.force,
-        host_wait_s=args.host_wait,
-        reference=args.probe_reference,
-        host_drift=args.host_drift,
-    )
-    protocol.start()
+    protocol = timing_protocol("networks-final", args)
     command = args.command
     target = result.get("target") or tvm_env.host_target_dict(args.threads)
     out = result.get("out") or args.out
