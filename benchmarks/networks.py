@@ -23,8 +23,8 @@ For each network (batch 1, float32, random weights drawn from ``--seed``; ``work
 5. after the largest budget, the headline ratio is measured side by side (``time_interleaved``): in each of
    ``--passes`` passes a fresh process per side (PyTorch's best mode, the tuned model), then ``--rounds`` rounds in
    which each side, alone, times two samples, the order reversed each round. This host's speed for a whole network
-   drifts by 10-60 % within seconds, with the calibration probe unmoved (neighbours' traffic on the shared cache
-   and memory; ``networks_analysis.md``), and a process of either side can run slow for its whole life: two sides
+   drifts by 10-60 % within seconds, with the calibration probe unmoved (cause not identified; a memory-bound
+   probe does not track it either: ``networks_analysis.md``), and a process of either side can run slow for its whole life: two sides
    timed a second apart meet the same host, several processes per side dilute a slow one. The page gives three
    readings of PyTorch / TVM: the pooled medians, the medians of each side's fastest process, and the median of
    the rounds' ratios; the goal is met only when all three reach it. ``--self-check`` times the table again the
@@ -436,8 +436,8 @@ def time_interleaved(sides: dict, order: list, args, protocol, phase) -> dict:
     order reversed after each round and each pass. ``phase(pass_number)`` names a pass for the protocol, whose
     checks run before each pass (the machine quiet; the host's speed, which the rounds make both sides share).
 
-    Why rounds: this host's speed for a whole network drifts by 10-60 % within seconds (neighbours' memory
-    traffic on the shared cache, which the calibration probe, a kernel that fits in L2, does not see), and a
+    Why rounds: this host's speed for a whole network drifts by 10-60 % within seconds (which neither the
+    calibration probe, a kernel that fits in L2, nor a memory-bound probe tracks: ``networks_analysis.md``), and a
     process of either side can run slow for its whole life. Two sides timed a second apart meet the same host;
     several processes per side dilute a slow one. Returns ``{"runs": {side: [one dict per pass: latency_ms,
     spread_pct, samples_ms, ...]}, "rounds": [{side: median ms of the round}]}``."""
