@@ -84,14 +84,24 @@ def set_up_and_time(argv, setup: dict, threads: int, repeats: int, cwd: str) -> 
     """One library's timing process (a ``_protocol`` worker started from ``argv`` with ``threads`` everywhere): set
     up with ``setup``, ``repeats`` samples of >= 100 ms, closed. Returns (setup's reply, time's reply). Call
     ``quiesce()`` and ``Protocol.phase`` first: the process must be alone on the machine."""
+    w, info = open_worker(argv, setup, threads, cwd)
+    try:
+        return info, w.call("time", repeats=repeats, min_repeat_ms=100)
+    finally:
+        w.close()
+
+
+def open_worker(argv, setup: dict, threads: int, cwd: str):
+    """One library's timing process (a ``_protocol`` worker started from ``argv`` with ``threads`` everywhere),
+    set up with ``setup``; returns (worker, setup's reply). The caller closes it."""
     import _protocol
 
     w = _protocol.Worker(argv, env=thread_env(threads), cwd=cwd)
     try:
-        info = w.call("setup", **setup)
-        return info, w.call("time", repeats=repeats, min_repeat_ms=100)
-    finally:
+        return w, w.call("setup", **setup)
+    except BaseException:
         w.close()
+        raise
 
 
 SELF_CHECK_TOLERANCE = 0.05

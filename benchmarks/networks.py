@@ -419,16 +419,6 @@ ROUND_SAMPLES = 2
 ROUND_REST_S = 0.5
 
 
-def open_worker(argv, setup: dict, threads: int):
-    """One library's timing process, started and set up (a ``_protocol`` worker); returns (worker, setup reply)."""
-    w = _protocol.Worker(argv, env=_quiet.thread_env(threads), cwd=ROOT)
-    try:
-        return w, w.call("setup", **setup)
-    except BaseException:
-        w.close()
-        raise
-
-
 def time_interleaved(sides: dict, order: list, args, protocol, phase) -> dict:
     """Both sides (name -> (argv, setup)) side by side, round by round: in each of ``args.passes`` passes a fresh
     process per side is started and set up, then in each of ``args.rounds`` rounds each side times
@@ -450,7 +440,7 @@ def time_interleaved(sides: dict, order: list, args, protocol, phase) -> dict:
             protocol.phase(phase(p + 1))
             log(f"{phase(p + 1)}: {' and '.join(order)} set up, each in its own process")
             for side in order:
-                workers[side] = open_worker(*sides[side], args.threads)
+                workers[side] = _quiet.open_worker(*sides[side], args.threads, ROOT)
             samples: dict = {side: [] for side in sides}
             meters: dict = {side: {"wait_fraction": 0.0, "other_cores": 0.0} for side in sides}
             turn = list(order)
@@ -482,6 +472,22 @@ def time_interleaved(sides: dict, order: list, args, protocol, phase) -> dict:
             )
         order = order[::-1]
     return {"runs": runs, "rounds": rounds}
+
+
+def side_summary(runs: list) -> dict:
+    """One side's passes of ``time_interleaved`` as the table shows them: the pooled median of every sample with
+    its spread, each pass's median, the worst noise readings."""
+    samples = [x for r in runs for x in r["samples_ms"]]
+    st = _report.summarize([x / 1e3 for x in samples])
+    return {
+        "latency_ms": st["median"] * 1e3,
+        "spread_pct": st["spread_pct"],
+        "pass_medians_ms": [round(r["latency_ms"], 4) for r in runs],
+        "pass_spreads_pct": [r["spread_pct"] for r in runs],
+        "samples": len(samples),
+        "wait_fraction": max(r["wait_fraction"] for r in runs),
+        "other_cores": max(r["other_cores"] for r in runs),
+    }
 
 
 def round_ratios(rounds: list) -> list:
@@ -523,16 +529,7 @@ def final_comparison(name, files, db_dir, target, entry, args, protocol) -> dict
         "rounds": [{k: round(v, 4) for k, v in r.items()} for r in timed["rounds"]],
     }
     for side in ("torch", "tvm"):
-        samples = [x for r in runs[side] for x in r["samples_ms"]]
-        st = _report.summarize([x / 1e3 for x in samples])
-        out[side] = {
-            "latency_ms": st["median"] * 1e3,
-            "spread_pct": st["spread_pct"],
-            "pass_medians_ms": [round(r["latency_ms"], 4) for r in runs[side]],
-            "samples": len(samples),
-            "wait_fraction": max(r["wait_fraction"] for r in runs[side]),
-            "other_cores": max(r["other_cores"] for r in runs[side]),
-        }
+        out[side] = side_summary(runs[side])
     out["speedup_vs_torch_best"] = out["torch"]["latency_ms"] / out["tvm"]["latency_ms"]
     out["readings"] = readings(out)
     log(
@@ -578,7 +575,7 @@ def self_check(result: dict, args, protocol) -> tuple[list, list]:
     without such rows the check stops with one line."""
     rows, ratio_rows = [], []
     out = result.get("out") or args.out
-    command = "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
+    command = args.command
     previous = result.get("self_check") or {}
     previous_protocol = previous.get("protocol")
     for name in result["networks_order"]:
@@ -608,20 +605,14 @@ def self_check(result: dict, args, protocol) -> tuple[list, list]:
         timed = time_interleaved(
             sides, ["tvm", "torch"], like, protocol, lambda p: f"self-check: {name} ({p}/{like.passes})"
         )
-        runs = timed["runs"]
-        samples = {side: [x for r in rs for x in r["samples_ms"]] for side, rs in runs.items()}
-        medians = {side: [r["latency_ms"] for r in rs] for side, rs in runs.items()}
-        spreads = {side: [r["spread_pct"] / 100 for r in rs] for side, rs in runs.items()}
-        pooled = {}
+        now = {side: side_summary(rs) for side, rs in timed["runs"].items()}
         for f in figures:
-            side = f["side"]
+            side, r = f["side"], now[f["side"]]
             if f["kind"] == "pooled":
-                st = _report.summarize([x / 1e3 for x in samples[side]])
-                standalone, spread = st["median"] * 1e3, st["spread_pct"] / 100
-                pooled[side] = standalone
+                standalone, spread = r["latency_ms"], r["spread_pct"] / 100
             else:
-                i = min(range(len(medians[side])), key=medians[side].__getitem__)
-                standalone, spread = medians[side][i], spreads[side][i]
+                i = min(range(len(r["pass_medians_ms"])), key=r["pass_medians_ms"].__getitem__)
+                standalone, spread = r["pass_medians_ms"][i], r["pass_spreads_pct"][i] / 100
             ratio = standalone / f["table_ms"]
             rows.append(
                 {
@@ -631,7 +622,7 @@ def self_check(result: dict, args, protocol) -> tuple[list, list]:
                     "processes": like.passes,
                     "table_ms": f["table_ms"],
                     "standalone_ms": standalone,
-                    "process_medians_ms": [round(m, 4) for m in medians[side]],
+                    "process_medians_ms": r["pass_medians_ms"],
                     "spread": spread,
                     "ratio": ratio,
                     "agrees": abs(ratio - 1.0) <= _quiet.SELF_CHECK_TOLERANCE,
@@ -639,23 +630,18 @@ def self_check(result: dict, args, protocol) -> tuple[list, list]:
                 }
             )
             log(f"  self-check {f['label']}: {standalone:.3f} ms, {ratio:.3f}x the table's {f['table_ms']:.3f} ms")
-        now = readings(
-            {
-                "torch": {"latency_ms": pooled["torch"], "pass_medians_ms": medians["torch"]},
-                "tvm": {"latency_ms": pooled["tvm"], "pass_medians_ms": medians["tvm"]},
-                "rounds": timed["rounds"],
-            }
-        )
+        read_now = readings(dict(now, rounds=timed["rounds"]))
         for f in ratios:
-            standalone = now[f["reading"]]
+            standalone = read_now[f["reading"]]
+            ratio = standalone / f["table"]
             ratio_rows.append(
                 {
                     "workload": f["label"],
                     "reading": f["reading"],
                     "table": f["table"],
                     "standalone": standalone,
-                    "ratio": standalone / f["table"],
-                    "agrees": abs(standalone / f["table"] - 1.0) <= _quiet.SELF_CHECK_TOLERANCE,
+                    "ratio": ratio,
+                    "agrees": abs(ratio - 1.0) <= _quiet.SELF_CHECK_TOLERANCE,
                     "command": command,
                 }
             )
@@ -1067,9 +1053,8 @@ def main(argv=None) -> None:
         host_drift=args.host_drift,
     )
     protocol.start()
-    cmd = "python " + " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:])
     result = {
-        "command": cmd,
+        "command": args.command,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, mcpu {target['mcpu']}",
         "target": target,
@@ -1145,7 +1130,6 @@ def retime_final(args) -> None:
     if args.threads != result["threads"]:
         raise SystemExit(f"networks.py: --retime-final: the page was timed with {result['threads']} threads")
     protocol = timing_protocol("networks-final", args)
-    command = args.command
     target = result.get("target") or tvm_env.host_target_dict(args.threads)
     out = result.get("out") or args.out
     done = []
@@ -1160,7 +1144,7 @@ def retime_final(args) -> None:
             continue
         done.append((name, final_comparison(name, files, db, target, e, args, protocol)))
     protocol.finish()
-    stamp = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    stamp = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for name, fin in done:
         result["networks"][name]["final"] = dict(fin, timed_by=dict(stamp, protocol=protocol.summary()))
     if done:

@@ -1241,7 +1241,7 @@ def test_networks_self_check_keeps_the_earlier_rows_of_a_network_whose_files_are
     ]
     result["self_check"] = {"rows": rows, "protocol": None}
     result["self_check"]["protocol"] = {"started": "day 1"}
-    args = argparse.Namespace(threads=2, repeats=3, passes=2)
+    args = argparse.Namespace(threads=2, repeats=3, passes=2, command="networks.py --self-check")
     kept, kept_ratios = nw.self_check(result, args, protocol=None)
     assert [r["earlier"] for r in kept] == [True] * 4 and kept_ratios == []  # an alternating table: no ratio rows
     assert kept[0]["label"] == "resnet18: TVM, 500 trials, pooled (earlier self-check)"
@@ -1267,7 +1267,7 @@ class _FakeNetworkWorkers:
         self.per_process = {side: iter(ps) for side, ps in per_process.items()}
         self.log, self.closed = [], 0
 
-    def __call__(self, argv, setup, threads):
+    def __call__(self, argv, setup, threads, cwd):
         side = "torch" if "mode" in setup else "tvm"
         rounds, owner = iter(next(self.per_process[side])), self
         self.log.append(("setup", side))
@@ -1295,8 +1295,8 @@ def test_networks_side_by_side_times_both_sides_round_by_round_in_fresh_processe
     monkeypatch.setattr(nw._quiet, "quiesce", lambda **kw: {"quiet": True})
     # pass 1: both sides fast; pass 2: the host slower for both, TVM's second round slower still
     fake = _FakeNetworkWorkers({"torch": [[2.2, 2.2], [3.3, 3.3]], "tvm": [[2.0, 2.0], [3.0, 3.3]]})
-    monkeypatch.setattr(nw, "open_worker", fake)
-    args = argparse.Namespace(threads=2, repeats=4, passes=2, rounds=2, torch_python="python")
+    monkeypatch.setattr(nw._quiet, "open_worker", fake)
+    args = argparse.Namespace(threads=2, repeats=4, passes=2, rounds=2, torch_python="python", command="networks.py")
     entry = {"torch_best": {"mode": "jit-frozen"}, "checkpoints": [{"trials": 500}]}
     phases = []
     protocol = _FakeProtocol(phases)
@@ -1338,7 +1338,7 @@ def test_networks_side_by_side_times_both_sides_round_by_round_in_fresh_processe
     result = {"out": str(tmp_path), "target": {}, "networks_order": ["resnet18"], "networks": {"resnet18": net}}
     net["final"] = fin
     fake = _FakeNetworkWorkers({"torch": [[2.2, 2.2], [3.3, 3.3]], "tvm": [[2.08, 2.08], [3.0, 3.3]]})
-    monkeypatch.setattr(nw, "open_worker", fake)
+    monkeypatch.setattr(nw._quiet, "open_worker", fake)
     rows, ratio_rows = nw.self_check(result, args, protocol)
     assert [x for x in fake.log if x[0] == "setup"] == [("setup", s) for s in ("tvm", "torch", "torch", "tvm")]
     rows = {r["workload"]: r for r in rows}
@@ -1366,7 +1366,9 @@ def test_networks_side_by_side_times_both_sides_round_by_round_in_fresh_processe
     # a table timed before the rounds existed is checked on the readings it has
     old = {k: v for k, v in fin.items() if k not in ("rounds", "rounds_per_pass")}
     net["final"] = old
-    monkeypatch.setattr(nw, "open_worker", _FakeNetworkWorkers({"torch": [[2.2] * 2] * 2, "tvm": [[2.0] * 2] * 2}))
+    monkeypatch.setattr(
+        nw._quiet, "open_worker", _FakeNetworkWorkers({"torch": [[2.2] * 2] * 2, "tvm": [[2.0] * 2] * 2})
+    )
     _, ratio_rows = nw.self_check(result, args, protocol)
     assert [r["reading"] for r in ratio_rows] == ["pooled", "fastest process"]
     assert "each side alone in a fresh process, alternating" in nw.markdown(page)
