@@ -888,6 +888,11 @@ def test_cost_model_evaluation_from_stores_to_page(tmp_path):
         for setting in ("lowo", "split"):
             assert cm._mean(res["models"][name][setting], "pairwise") > 0.75, (name, setting)
     assert abs(cm._mean({w: v["random_lowo"] for w, v in res["workloads"].items()}, "pairwise") - 0.5) < 0.05
+    # choosing settings: tested on a fifth of the training 80 % (12 of 60 -> 48 -> 10), never on lowo's workloads
+    val = cm.evaluate(corpus, ["pack-sum"], seed=0, nthread=1, holdout=0.2, validation=True)
+    assert val["models"]["pack-sum"]["lowo"] == {}
+    assert all(v["n"] == 10 for v in val["models"]["pack-sum"]["split"].values())
+    assert "| pack-sum |" in cm.validation_table(val) and "holdout 0.2" in cm.validation_table(val)
     # how the corpus was measured comes from the protocol record corpus.py writes beside its store
     assert cm.corpus_protocol(db) is None
     record = {

@@ -178,6 +178,63 @@ def test_pairwise_model_learns_the_order_and_samples_pairs_when_there_are_many()
     assert not m.calibrated and PackSumXGB.calibrated
 
 
+@pytest.mark.parametrize("cls", list(COST_MODELS.values()), ids=list(COST_MODELS))
+def test_a_holdout_stops_the_fit_where_held_out_programs_stop_improving(cls):
+    rng = np.random.default_rng(1)
+    progs = [_program(rng, rng.integers(1, 4)) for _ in range(400)]
+
+    def trained(holdout, latency):
+        m = cls(seed=0, max_rounds=300, early_stop=20, warmup=32, nthread=1, holdout=holdout)
+        for p in progs[:300]:
+            m.add(p, latency(p), "w")
+        assert m.train()
+        return m
+
+    # Latencies unrelated to the features: the training loss keeps falling as the trees fit the noise, while the
+    # held-out programs stop the fit within a few early-stopping windows.
+    noise = {id(p): float(rng.lognormal(0.0, 1.0)) for p in progs}
+    on_train, on_holdout = (trained(h, lambda p: noise[id(p)]) for h in (0.0, 0.2))
+    assert on_holdout.last_train_rounds < min(100, on_train.last_train_rounds), (
+        on_holdout.last_train_rounds,
+        on_train.last_train_rounds,
+    )
+    # Learnable latencies: the refitted model ranks unseen programs
+    m = trained(0.2, lambda p: _cost(p) * 1e-3)
+    true_throughput = np.array([1 / _cost(p) for p in progs[300:]])
+    rho = pd.Series(m.predict(progs[300:])).corr(pd.Series(true_throughput), method="spearman")
+    assert rho > 0.8, rho
+
+
+def test_the_holdout_takes_a_share_of_every_workload_and_is_off_when_too_small():
+    m = PackSumXGB(seed=0, holdout=0.25)
+    groups = ["a"] * 40 + ["b"] * 12 + ["c"] * 3
+    held = m._holdout_mask(groups)
+    g = np.array(groups)
+    # a: 10 of 40, b: 3 of 12; c's one program would leave no pair to compare, so it lends none
+    assert held[g == "a"].sum() == 10 and held[g == "b"].sum() == 3 and held[g == "c"].sum() == 0
+    assert m._holdout_mask(["a"] * 20) is None  # 5 programs decide nothing: the training loss is watched
+    assert PackSumXGB(seed=0)._holdout_mask(groups) is None  # off by default (Ansor's early stopping)
+
+    # too small a hold-out: the fit is exactly the one without a hold-out
+    rng = np.random.default_rng(0)
+    progs = [_program(rng, 2) for _ in range(20)]
+    models = [PackSumXGB(seed=0, max_rounds=50, warmup=1, nthread=1, holdout=h) for h in (0.0, 0.2)]
+    for m in models:
+        for p in progs:
+            m.add(p, _cost(p) * 1e-3, "w")
+        assert m.train()
+    assert np.array_equal(models[0].predict(progs), models[1].predict(progs))
+
+
+def test_the_holdout_is_a_preset_field():
+    p = presets.get("quick", xgb_holdout=0.2)
+    assert make_cost_model("pairwise-rank", 0, p, 1).holdout == 0.2
+    assert make_cost_model(None, 0, presets.get("quick"), 1).holdout == 0.0
+    for bad in (1.0, -0.1, "0.2", True):
+        with pytest.raises(WorkbenchError, match="xgb_holdout must be a share of the programs in"):
+            presets.get("quick", xgb_holdout=bad)
+
+
 def test_cost_model_is_chosen_by_name_from_the_preset():
     p = presets.get("quick", cost_model="pairwise-rank")
     m = make_cost_model(p.cost_model, 0, p, 1)

@@ -46,10 +46,25 @@ class PackSumXGB(interfaces.CostModel):
     # Ansor's: deep trees, no minimum child weight (the hessian is the label, so zero for failures)
     TREE_PARAMS = {"max_depth": 10, "gamma": 0.001, "min_child_weight": 0, "eta": 0.2}
 
-    def __init__(self, seed: int = 0, max_rounds: int = 200, early_stop: int = 25, warmup: int = 16, nthread: int = 2):
+    # A hold-out with fewer programs than this decides nothing: the training loss is watched instead.
+    MIN_HOLDOUT_PROGRAMS = 8
+
+    def __init__(
+        self,
+        seed: int = 0,
+        max_rounds: int = 200,
+        early_stop: int = 25,
+        warmup: int = 16,
+        nthread: int = 2,
+        holdout: float = 0.0,
+    ):
         self.seed = seed
         self.max_rounds = max_rounds
         self.early_stop = early_stop
+        # Early stopping watches the training loss when 0 (Ansor's: it only stops a fit that has stopped improving
+        # on its own data); else this share of each workload's programs, drawn anew per fit, decides how many trees
+        # generalise, and the model is then refitted on every program with that many.
+        self.holdout = holdout
         self.warmup = warmup
         self.nthread = nthread
         self.booster = None
@@ -123,12 +138,6 @@ class PackSumXGB(interfaces.CostModel):
             y = self.labels()
             groups = list(self._group)
         t0 = time.time()
-        rows = np.array([len(f) for f in feats])
-        seg = np.repeat(np.arange(n), rows)
-        X = np.concatenate(feats) if feats else np.zeros((0, 1), np.float32)
-        y_rows = y[seg]
-        dtrain = xgb.DMatrix(X, label=y_rows, base_margin=self._prior_margin(X))
-        obj, metric = self._objective(seg, n, y, groups)
         params = {
             **self.TREE_PARAMS,
             "nthread": self.nthread,
@@ -138,22 +147,62 @@ class PackSumXGB(interfaces.CostModel):
             "tree_method": "hist",
             "disable_default_eval_metric": 1,
         }
+        dtrain, obj, metric = self._training_set(feats, y, groups)
+        held = self._holdout_mask(groups)
+        if held is None:
+            dfit, fit_obj, dwatch, watch_metric = dtrain, obj, dtrain, metric
+        else:
+            fit, out = np.flatnonzero(~held), np.flatnonzero(held)
+            dfit, fit_obj, _ = self._training_set([feats[i] for i in fit], y[fit], [groups[i] for i in fit])
+            dwatch, _, watch_metric = self._training_set([feats[i] for i in out], y[out], [groups[i] for i in out])
         booster = xgb.train(
             params,
-            dtrain,
+            dfit,
             num_boost_round=self.max_rounds,
-            obj=obj,
-            custom_metric=metric,
-            evals=[(dtrain, "train")],
+            obj=fit_obj,
+            custom_metric=watch_metric,
+            evals=[(dwatch, "watch")],
             early_stopping_rounds=self.early_stop,
             verbose_eval=False,
         )
+        if held is not None:
+            booster = xgb.train(params, dtrain, num_boost_round=booster.best_iteration + 1, obj=obj)
         with self._lock:
             self.booster = booster
             self.last_train_seconds = time.time() - t0
             self.last_train_rounds = booster.num_boosted_rounds()
             self.n_trainings += 1
         return True
+
+    def _training_set(self, feats: list, y: np.ndarray, groups: list):
+        """The DMatrix of these programs' feature rows (on the prior's margin) with their objective and metric."""
+        import xgboost as xgb
+
+        n = len(feats)
+        rows = np.array([len(f) for f in feats])
+        seg = np.repeat(np.arange(n), rows)
+        X = np.concatenate(feats) if feats else np.zeros((0, 1), np.float32)
+        dmat = xgb.DMatrix(X, label=y[seg], base_margin=self._prior_margin(X))
+        obj, metric = self._objective(seg, n, y, groups)
+        return dmat, obj, metric
+
+    def _holdout_mask(self, groups: list) -> np.ndarray | None:
+        """Which programs the fit holds out to decide when to stop: ``holdout`` of each workload's, at least two
+        of any workload that lends some (the ranking metrics compare pairs within a workload), None when the
+        hold-out is off or would be too small to decide anything."""
+        if self.holdout <= 0:
+            return None
+        names = np.array(groups)
+        members = [np.flatnonzero(names == g) for g in dict.fromkeys(groups)]
+        shares = [int(round(self.holdout * len(idx))) for idx in members]
+        shares = [k if k >= 2 and len(idx) - k >= 2 else 0 for k, idx in zip(shares, members)]
+        if sum(shares) < self.MIN_HOLDOUT_PROGRAMS:
+            return None
+        held = np.zeros(len(groups), bool)
+        for idx, k in zip(members, shares):
+            if k:
+                held[self._rng.choice(idx, k, replace=False)] = True
+        return held
 
     def _objective(self, seg: np.ndarray, n: int, y: np.ndarray, groups: list):
         """XGBoost's custom objective and evaluation metric over per-row predictions (``seg``: each row's
@@ -380,7 +429,7 @@ DEFAULT_COST_MODEL = PackSumXGB.name
 
 def make_cost_model(name: str | None, seed: int, preset, nthread: int, with_prior: bool = False) -> PackSumXGB:
     """The cost model called ``name`` (``COST_MODELS``; None: the default), sized by the preset's
-    ``xgb_max_rounds``, ``xgb_early_stop`` and ``warmup_samples``; ``with_prior``: started from the prior
+    ``xgb_max_rounds``, ``xgb_early_stop``, ``xgb_holdout`` and ``warmup_samples``; ``with_prior``: started from the prior
     shipped for it (``workbench.prior``)."""
     name = name or DEFAULT_COST_MODEL
     if name not in COST_MODELS:
@@ -393,6 +442,7 @@ def make_cost_model(name: str | None, seed: int, preset, nthread: int, with_prio
         early_stop=preset.xgb_early_stop,
         warmup=preset.warmup_samples,
         nthread=nthread,
+        holdout=preset.xgb_holdout,
     )
     if with_prior:
         from . import prior

@@ -86,6 +86,9 @@ class Preset:
     prior: bool = False
     # Features computed once per program and none while the model is untrained (cost_model.Featurizer).
     feature_reuse: bool = True
+    # Share of each workload's measured programs the cost model holds out of a fit to decide how many trees to
+    # keep (then refitted on all of them); 0: early stopping watches the training loss, as Ansor's does.
+    xgb_holdout: float = 0.0
     # Rule-based pruning of the schedule space (workbench.pruning.RULES; () none): programs breaking a rule
     # get the search's lowest score and are not measured.
     pruning: tuple = ()
@@ -218,6 +221,9 @@ def get(name, **overrides) -> Preset:
 
     if p.cost_model not in COST_MODELS:
         raise WorkbenchError(f"unknown cost model {p.cost_model!r}; valid: {', '.join(COST_MODELS)}")
+    h = p.xgb_holdout
+    if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1:
+        raise WorkbenchError(f"xgb_holdout must be a share of the programs in [0, 1), got {h!r}")
     if not p.shared_cost_model and (p.prior or not p.strategy_onehot):
         raise WorkbenchError(
             "one cost model per strategy (shared_cost_model=False) routes programs by the strategy one-hot and "
