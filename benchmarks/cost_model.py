@@ -26,8 +26,9 @@ program survives, and each model's lowo top-k score when the model picks among t
 
 ``--holdout F`` trains every model with the preset field ``xgb_holdout`` = F (early stopping on a held-out
 share of the training programs instead of the training loss). ``--validation`` is for choosing such settings:
-the split setting only, tested on a fifth carved out of the training 80 %, so neither the page's split test
-programs nor lowo's held-out workloads are looked at; it prints its table and writes
+the split setting only, by ``--folds``-fold cross-validation inside the training 80 % (each part tested in turn on
+a model trained on the others, metrics averaged over the folds), so neither the page's split test programs nor
+lowo's held-out workloads are looked at; it prints its table and writes
 ``benchmarks/out/cost_model_validation.json``, never the page.
 
 A random ranking is reported beside them (its expectation: pairwise 0.5, top-k by sampling). Nothing is
@@ -152,6 +153,30 @@ def fit(model_name: str, train: list, seed: int, nthread: int, holdout: float = 
     return m, time.time() - t0
 
 
+def splits(corpus: dict, workloads: list[str], rng, split_fraction: float = 0.8, folds: int = 0) -> dict:
+    """Workload -> [(train indices, test indices), ...], one seeded permutation per workload: the page's split
+    (one pair: the first ``split_fraction`` to train, the rest to test) or, with ``folds`` > 1, that split's
+    training part cut into ``folds`` parts, each tested in turn on a model trained on the others (cross-validation
+    that never touches the page's test programs)."""
+    out = {}
+    for w in workloads:
+        perm = rng.permutation(len(corpus[w]))
+        cut = int(round(split_fraction * len(perm)))
+        if folds > 1:
+            parts = np.array_split(perm[:cut], folds)
+            out[w] = [(np.concatenate(parts[:i] + parts[i + 1 :]), parts[i]) for i in range(folds)]
+        else:
+            out[w] = [(perm[:cut], perm[cut:])]
+    return out
+
+
+def _fold_mean(per_fold: list[dict]) -> dict:
+    """Metrics averaged over folds; ``n`` the programs tested in all of them."""
+    return {
+        k: (sum(m[k] for m in per_fold) if k == "n" else float(np.mean([m[k] for m in per_fold]))) for k in per_fold[0]
+    }
+
+
 def evaluate(
     corpus: dict,
     models: list[str],
@@ -161,32 +186,27 @@ def evaluate(
     lowo_preds: dict | None = None,
     holdout: float = 0.0,
     validation: bool = False,
+    folds: int = 5,
 ) -> dict:
-    """Every model's lowo and split metrics. ``validation``: the split setting only, its test set a fifth carved
-    out of the training 80 % (the same seeded 80 % as without it), so settings are chosen without looking at the
-    programs the page's split figures are measured on, nor at lowo's held-out workloads."""
+    """Every model's lowo and split metrics. ``validation``: the split setting only, by ``folds``-fold
+    cross-validation inside the training 80 % (the same seeded 80 % as without it; metrics averaged over the
+    folds), so settings are chosen without looking at the programs the page's split figures are measured on, nor
+    at lowo's held-out workloads."""
     rng = np.random.default_rng(seed)
     workloads = sorted(w for w, progs in corpus.items() if len(progs) >= 20)
     # one seeded split per workload, shared by every model
-    split = {}
-    for w in workloads:
-        perm = rng.permutation(len(corpus[w]))
-        cut = int(round(split_fraction * len(perm)))
-        if validation:
-            inner = int(round(split_fraction * cut))
-            split[w] = (perm[:inner], perm[inner:cut])
-        else:
-            split[w] = (perm[:cut], perm[cut:])
+    split = splits(corpus, workloads, rng, split_fraction, folds if validation else 0)
     out = {
         "workloads": {w: {"programs": len(corpus[w])} for w in workloads},
         "models": {},
         "holdout": holdout,
         "validation": validation,
+        "folds": len(next(iter(split.values()))) if validation else 0,
     }
     for w in workloads:
         lat = np.array([lat for _, lat in corpus[w]])
         out["workloads"][w]["random_lowo"] = random_metrics(lat, rng)
-        out["workloads"][w]["random_split"] = random_metrics(lat[split[w][1]], rng)
+        out["workloads"][w]["random_split"] = _fold_mean([random_metrics(lat[test], rng) for _, test in split[w]])
     for name in models:
         res = out["models"][name] = {"lowo": {}, "split": {}, "train_s": []}
         for w in workloads if not validation else ():
@@ -199,14 +219,17 @@ def evaluate(
             res["lowo"][w] = metrics(pred, lat)
             if lowo_preds is not None:
                 lowo_preds[(name, w)] = pred
-        train = [(v, corpus[v][i][0], corpus[v][i][1]) for v in workloads for i in split[v][0]]
-        m, secs = fit(name, train, seed, nthread, holdout)
-        res["train_s"].append(secs)
-        for w in workloads:
-            test = split[w][1]
-            res["split"][w] = metrics(
-                m.predict([corpus[w][i][0] for i in test]), np.array([corpus[w][i][1] for i in test])
-            )
+        per_fold: dict = {w: [] for w in workloads}
+        for f in range(len(split[workloads[0]])):
+            train = [(v, corpus[v][i][0], corpus[v][i][1]) for v in workloads for i in split[v][f][0]]
+            m, secs = fit(name, train, seed, nthread, holdout)
+            res["train_s"].append(secs)
+            for w in workloads:
+                test = split[w][f][1]
+                per_fold[w].append(
+                    metrics(m.predict([corpus[w][i][0] for i in test]), np.array([corpus[w][i][1] for i in test]))
+                )
+        res["split"] = {w: _fold_mean(v) for w, v in per_fold.items()}
     return out
 
 
@@ -264,7 +287,8 @@ def validation_table(res: dict) -> str:
     """The split metrics of a ``--validation`` run, one markdown row per model (means over workloads)."""
     cols = ["pairwise"] + [f"recall@{k}" for k in KS] + [f"top{k}" for k in KS]
     L = [
-        f"validation split (a fifth of the training programs), holdout {res.get('holdout', 0.0)}:",
+        f"validation: {res.get('folds', 1)}-fold cross-validation inside the training programs, means over the "
+        f"folds, holdout {res.get('holdout', 0.0)}:",
         "| model | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),
     ]
@@ -402,6 +426,9 @@ def main():
         "benchmarks/out/cost_model_validation.json and prints its table, never the page",
     )
     ap.add_argument(
+        "--folds", type=int, default=5, help="with --validation: parts of the training programs, each tested in turn"
+    )
+    ap.add_argument(
         "--cores",
         type=int,
         default=None,
@@ -412,6 +439,8 @@ def main():
     bad = [m for m in models if m not in cost_model.COST_MODELS]
     if bad:
         sys.exit(f"cost_model.py: unknown model {bad[0]!r}; valid: {', '.join(cost_model.COST_MODELS)}")
+    if args.folds < 2:
+        sys.exit(f"cost_model.py: --folds must be at least 2, got {args.folds}")
     if not 0 <= args.holdout < 1:
         sys.exit(f"cost_model.py: --holdout must be a share in [0, 1), got {args.holdout}")
     missing = [d for d in args.db if not os.path.exists(d)]
@@ -425,7 +454,14 @@ def main():
         sys.exit("cost_model.py: the stores hold fewer than two workloads with 20 measured programs each")
     lowo_preds: dict = {}
     res = evaluate(
-        corpus, models, args.seed, args.threads, lowo_preds=lowo_preds, holdout=args.holdout, validation=args.validation
+        corpus,
+        models,
+        args.seed,
+        args.threads,
+        lowo_preds=lowo_preds,
+        holdout=args.holdout,
+        validation=args.validation,
+        folds=args.folds,
     )
     if not args.validation:
         res["pruning"] = evaluate_pruning(corpus, corpus_machine(args.db[0], args.cores), lowo_preds, models)

@@ -806,6 +806,23 @@ def _bench_cost_model():
     return mod
 
 
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["--validation", "--folds", "1"], "cost_model.py: --folds must be at least 2, got 1"),
+        (["--holdout", "1"], "cost_model.py: --holdout must be a share in [0, 1), got 1.0"),
+        (["--models", "nope"], "cost_model.py: unknown model 'nope'"),
+    ],
+)
+def test_cost_model_bad_arguments_give_one_line(args, error):
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "cost_model.py"), "--db", "no-such.db", *args],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0 and error in out.stderr and "Traceback" not in out.stderr
+
+
 def test_cost_model_metrics_on_known_rankings():
     import numpy as np
 
@@ -888,11 +905,25 @@ def test_cost_model_evaluation_from_stores_to_page(tmp_path):
         for setting in ("lowo", "split"):
             assert cm._mean(res["models"][name][setting], "pairwise") > 0.75, (name, setting)
     assert abs(cm._mean({w: v["random_lowo"] for w, v in res["workloads"].items()}, "pairwise") - 0.5) < 0.05
-    # choosing settings: tested on a fifth of the training 80 % (12 of 60 -> 48 -> 10), never on lowo's workloads
+    # choosing settings: 5-fold cross-validation inside the training 80 % (48 of 60), never on the page's 12 test
+    # programs nor on lowo's workloads
+    import numpy as np
+
+    page = cm.splits(corpus, sorted(corpus), np.random.default_rng(0))
+    folds = cm.splits(corpus, sorted(corpus), np.random.default_rng(0), folds=5)
+    for w in corpus:
+        (train, test), parts = page[w][0], folds[w]
+        assert len(parts) == 5 and sorted(np.concatenate([t for _, t in parts])) == sorted(train)
+        for fold_train, fold_test in parts:
+            assert not set(fold_test) & set(fold_train) and not set(fold_test) & set(test)
+            assert len(fold_train) + len(fold_test) == 48
     val = cm.evaluate(corpus, ["pack-sum"], seed=0, nthread=1, holdout=0.2, validation=True)
-    assert val["models"]["pack-sum"]["lowo"] == {}
-    assert all(v["n"] == 10 for v in val["models"]["pack-sum"]["split"].values())
-    assert "| pack-sum |" in cm.validation_table(val) and "holdout 0.2" in cm.validation_table(val)
+    assert val["models"]["pack-sum"]["lowo"] == {} and val["folds"] == 5
+    assert len(val["models"]["pack-sum"]["train_s"]) == 5  # one fit per fold
+    assert all(v["n"] == 48 for v in val["models"]["pack-sum"]["split"].values())
+    assert cm._mean(val["models"]["pack-sum"]["split"], "pairwise") > 0.75
+    table = cm.validation_table(val)
+    assert "| pack-sum |" in table and "holdout 0.2" in table and "5-fold" in table
     # how the corpus was measured comes from the protocol record corpus.py writes beside its store
     assert cm.corpus_protocol(db) is None
     record = {
