@@ -422,8 +422,8 @@ def main():
     ap.add_argument(
         "--validation",
         action="store_true",
-        help="choose settings: split setting only, tested on a fifth of the training programs; writes "
-        "benchmarks/out/cost_model_validation.json and prints its table, never the page",
+        help="choose settings: split setting only, by --folds-fold cross-validation inside the training programs; "
+        "writes benchmarks/out/cost_model_validation.json and prints its table, never the page",
     )
     ap.add_argument(
         "--folds", type=int, default=5, help="with --validation: parts of the training programs, each tested in turn"
