@@ -29,7 +29,8 @@ share of the training programs instead of the training loss). ``--validation`` i
 the split setting only, by ``--folds``-fold cross-validation inside the training 80 % (each part tested in turn on
 a model trained on the others, metrics averaged over the folds), so neither the page's split test programs nor
 lowo's held-out workloads are looked at; it prints its table and writes
-``benchmarks/out/cost_model_validation.json``, never the page.
+``benchmarks/out/cost_model_validation.json``, never the page. ``--train-share S`` trains each fold's model on
+that share of its training programs: run at several shares, a learning curve.
 
 A random ranking is reported beside them (its expectation: pairwise 0.5, top-k by sampling). Nothing is
 timed, so the machine's load does not change the figures (the stores' latencies were measured when they
@@ -153,18 +154,22 @@ def fit(model_name: str, train: list, seed: int, nthread: int, holdout: float = 
     return m, time.time() - t0
 
 
-def splits(corpus: dict, workloads: list[str], rng, split_fraction: float = 0.8, folds: int = 0) -> dict:
+def splits(
+    corpus: dict, workloads: list[str], rng, split_fraction: float = 0.8, folds: int = 0, train_share: float = 1.0
+) -> dict:
     """Workload -> [(train indices, test indices), ...], one seeded permutation per workload: the page's split
     (one pair: the first ``split_fraction`` to train, the rest to test) or, with ``folds`` > 1, that split's
     training part cut into ``folds`` parts, each tested in turn on a model trained on the others (cross-validation
-    that never touches the page's test programs)."""
+    that never touches the page's test programs), trained on the first ``train_share`` of those others only (a
+    learning curve: how the metrics grow with programs per workload)."""
     out = {}
     for w in workloads:
         perm = rng.permutation(len(corpus[w]))
         cut = int(round(split_fraction * len(perm)))
         if folds > 1:
             parts = np.array_split(perm[:cut], folds)
-            out[w] = [(np.concatenate(parts[:i] + parts[i + 1 :]), parts[i]) for i in range(folds)]
+            trains = [np.concatenate(parts[:i] + parts[i + 1 :]) for i in range(folds)]
+            out[w] = [(t[: max(2, int(round(train_share * len(t))))], parts[i]) for i, t in enumerate(trains)]
         else:
             out[w] = [(perm[:cut], perm[cut:])]
     return out
@@ -187,21 +192,26 @@ def evaluate(
     holdout: float = 0.0,
     validation: bool = False,
     folds: int = 5,
+    train_share: float = 1.0,
 ) -> dict:
     """Every model's lowo and split metrics. ``validation``: the split setting only, by ``folds``-fold
     cross-validation inside the training 80 % (the same seeded 80 % as without it; metrics averaged over the
     folds), so settings are chosen without looking at the programs the page's split figures are measured on, nor
-    at lowo's held-out workloads."""
+    at lowo's held-out workloads; ``train_share``: each fold's model trained on that share of its training
+    programs."""
+    if validation and folds < 2:
+        raise ValueError(f"validation needs at least 2 folds, got {folds}")  # one would test on the page's programs
     rng = np.random.default_rng(seed)
     workloads = sorted(w for w, progs in corpus.items() if len(progs) >= 20)
     # one seeded split per workload, shared by every model
-    split = splits(corpus, workloads, rng, split_fraction, folds if validation else 0)
+    split = splits(corpus, workloads, rng, split_fraction, folds if validation else 0, train_share)
     out = {
         "workloads": {w: {"programs": len(corpus[w])} for w in workloads},
         "models": {},
         "holdout": holdout,
         "validation": validation,
-        "folds": len(next(iter(split.values()))) if validation else 0,
+        "folds": folds if validation else 0,
+        "train_share": train_share if validation else 1.0,
     }
     for w in workloads:
         lat = np.array([lat for _, lat in corpus[w]])
@@ -288,7 +298,8 @@ def validation_table(res: dict) -> str:
     cols = ["pairwise"] + [f"recall@{k}" for k in KS] + [f"top{k}" for k in KS]
     L = [
         f"validation: {res.get('folds', 1)}-fold cross-validation inside the training programs, means over the "
-        f"folds, holdout {res.get('holdout', 0.0)}:",
+        f"folds, holdout {res.get('holdout', 0.0)}, each fold trained on {res.get('train_share', 1.0):.0%} of its "
+        "training programs:",
         "| model | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),
     ]
@@ -429,6 +440,12 @@ def main():
         "--folds", type=int, default=5, help="with --validation: parts of the training programs, each tested in turn"
     )
     ap.add_argument(
+        "--train-share",
+        type=float,
+        default=1.0,
+        help="with --validation: train each fold's model on this share of its training programs (a learning curve)",
+    )
+    ap.add_argument(
         "--cores",
         type=int,
         default=None,
@@ -441,6 +458,10 @@ def main():
         sys.exit(f"cost_model.py: unknown model {bad[0]!r}; valid: {', '.join(cost_model.COST_MODELS)}")
     if args.folds < 2:
         sys.exit(f"cost_model.py: --folds must be at least 2, got {args.folds}")
+    if not 0 < args.train_share <= 1:
+        sys.exit(f"cost_model.py: --train-share must be a share in (0, 1], got {args.train_share}")
+    if args.train_share < 1 and not args.validation:
+        sys.exit("cost_model.py: --train-share is for --validation only (the page trains on every training program)")
     if not 0 <= args.holdout < 1:
         sys.exit(f"cost_model.py: --holdout must be a share in [0, 1), got {args.holdout}")
     missing = [d for d in args.db if not os.path.exists(d)]
@@ -462,6 +483,7 @@ def main():
         holdout=args.holdout,
         validation=args.validation,
         folds=args.folds,
+        train_share=args.train_share,
     )
     if not args.validation:
         res["pruning"] = evaluate_pruning(corpus, corpus_machine(args.db[0], args.cores), lowo_preds, models)

@@ -812,6 +812,8 @@ def _bench_cost_model():
         (["--validation", "--folds", "1"], "cost_model.py: --folds must be at least 2, got 1"),
         (["--holdout", "1"], "cost_model.py: --holdout must be a share in [0, 1), got 1.0"),
         (["--models", "nope"], "cost_model.py: unknown model 'nope'"),
+        (["--validation", "--train-share", "0"], "cost_model.py: --train-share must be a share in (0, 1], got 0.0"),
+        (["--train-share", "0.5"], "cost_model.py: --train-share is for --validation only"),
     ],
 )
 def test_cost_model_bad_arguments_give_one_line(args, error):
@@ -917,6 +919,13 @@ def test_cost_model_evaluation_from_stores_to_page(tmp_path):
         for fold_train, fold_test in parts:
             assert not set(fold_test) & set(fold_train) and not set(fold_test) & set(test)
             assert len(fold_train) + len(fold_test) == 48
+    half = cm.splits(corpus, sorted(corpus), np.random.default_rng(0), folds=5, train_share=0.5)
+    for w in corpus:  # the learning curve's folds: the first half of each fold's training programs, same tests
+        for (fold_train, fold_test), (half_train, half_test) in zip(folds[w], half[w]):
+            assert list(half_train) == list(fold_train[: len(half_train)]) and len(half_train) in (19, 20)
+            assert list(half_test) == list(fold_test)
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        cm.evaluate(corpus, ["pack-sum"], seed=0, nthread=1, validation=True, folds=1)
     val = cm.evaluate(corpus, ["pack-sum"], seed=0, nthread=1, holdout=0.2, validation=True)
     assert val["models"]["pack-sum"]["lowo"] == {} and val["folds"] == 5
     assert len(val["models"]["pack-sum"]["train_s"]) == 5  # one fit per fold
