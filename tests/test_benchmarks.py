@@ -1532,6 +1532,23 @@ def _al_ansor_result(label=None):
     return res
 
 
+def test_al_ansor_layer_sets_resolve_and_never_share_a_layer():
+    import al_ansor
+    from workbench.workloads import registry
+
+    reg = registry()
+    for name, layers in al_ansor.SETS.items():
+        assert name in al_ansor.SET_TITLES
+        assert all(reg.get(layer).op == "conv2d" for layer in layers), name
+    for a, b in itertools.combinations(al_ansor.SETS.values(), 2):
+        assert not set(a) & set(b)
+    # the NCHW design set is the NHWC design layers' shapes in the other layout
+    for layer in al_ansor.SETS["design-nchw"]:
+        nchw, nhwc = reg.get(layer).spec()["params"], reg.get(layer.removesuffix("_nchw")).spec()["params"]
+        assert nchw["layout"] == "NCHW" and nhwc["layout"] == "NHWC"
+        assert {k: v for k, v in nchw.items() if k != "layout"} == {k: v for k, v in nhwc.items() if k != "layout"}
+
+
 def test_al_ansor_page_has_a_section_per_report_and_counts_paired_trials(tmp_path):
     import al_ansor
 
@@ -1542,6 +1559,13 @@ def test_al_ansor_page_has_a_section_per_report_and_counts_paired_trials(tmp_pat
     al_ansor._write_md(str(tmp_path))
     md = (tmp_path / "al_ansor.md").read_text()
     assert md.count("## Design layers") == 2 and "## Design layers (where the method is developed): znver4" in md
+    assert "## Design layers in NCHW" not in md
+    nchw = dict(_al_ansor_result(), set="design-nchw")
+    (tmp_path / "al_ansor_design-nchw.json").write_text(json.dumps(nchw))
+    al_ansor._write_md(str(tmp_path))
+    md = (tmp_path / "al_ansor.md").read_text()
+    assert md.count("## Design layers") == 3
+    assert md.index("developed): znver4") < md.index("## Design layers in NCHW (where the fixed strategies leave room)")
     assert md.index("developed)\n") < md.index("developed): znver4")  # the set's main report first
     assert "| paired |" in md and "| resnet18.conv2 | adaptive-paired | 0 | 0 | 128 | 3 | pre-transformed |" in md
     assert "| resnet18.conv2 | adaptive-paired | no-rewrite -> pre-transformed | 2 | 1 | 1.100 | 0 |" in md
