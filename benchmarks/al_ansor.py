@@ -59,6 +59,7 @@ import json
 import math
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -71,6 +72,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 import _quiet  # noqa: E402
+import _report  # noqa: E402
 
 DESIGN_LAYERS = [
     "resnet18.conv1",
@@ -106,6 +108,7 @@ SET_TITLES = {
     "evaluation": "Evaluation layers (reported once per method version)",
 }
 FIXED = ["no-rewrite", "transform-stage", "pre-transformed"]
+TORCH_PYTHON = os.path.join(ROOT, ".venv-torch", "bin", "python")
 # Adaptive methods: preset overrides of the session. "adaptive" is the current default method.
 VARIANTS = {
     "adaptive": {},
@@ -456,6 +459,13 @@ def main():
         help=f"comma list of methods to tune and report: {', '.join(FIXED + list(VARIANTS))}",
     )
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--vendor-python",
+        default=TORCH_PYTHON,
+        help="python of torch's environment (make torch-env): the report times torch's oneDNN conv2d on the set's "
+        "layers, alone in its own process after the re-measurement, for the headroom table; 'none' skips it "
+        "(default %(default)s)",
+    )
     ap.add_argument("--with-packed", action="store_true", help="give the adaptive controller the packed arm too")
     ap.add_argument("--db", default=None, help="records store (default benchmarks/out/al_ansor-<set>.db)")
     ap.add_argument(
@@ -640,6 +650,7 @@ def main():
     protocol.enter("re-measuring the winners")
     print(f"[{time.time() - t0:7.0f}s] re-measuring {len(entries)} programs x {args.repeats}", file=sys.stderr)
     timed = remeasure(list(entries.values()), args.repeats, target)
+    vendor = time_vendor(layers, args.vendor_python, threads, args.repeats, protocol)
     kernels, unchecked = self_check_kernels(db, layers, timed)
     checks = []
     if kernels:
@@ -680,6 +691,9 @@ def main():
         "command": "python " + " ".join(sys.argv),
         "self_check": checks,
         "self_check_skipped": unchecked,
+        "vendor": vendor,
+        "flops": {layer: registry_flops(layer) for layer in layers},
+        "peak": machine_peak(target),
         "protocol": protocol.summary(),
     }
     result["analysis"] = analyse(result)
@@ -688,6 +702,61 @@ def main():
         json.dump(result, f, indent=1)
     _write_curves_html(result, args.results)
     _write_md(args.results)
+
+
+def time_vendor(layers: list, python: str, threads: int, repeats: int, protocol) -> dict:
+    """torch's oneDNN conv2d on the set's layers (the faster of its two memory formats), in torch's own
+    environment, one process alone on the machine after the re-measurement (``_vendor_torch.py``, as
+    performance.py times it): how far the machine's vendor library gets on the same convs. Returns {"layers":
+    {layer: {"median_ms", "spread", "samples", "library"}}, "torch": version, "threads"}, or {"skipped": why}."""
+    from performance import conv_spec
+    from workbench.workloads import registry
+
+    reg = registry()
+    convs = [c for c in (conv_spec(reg.get(layer)) for layer in layers) if c]
+    if not convs:
+        return {"skipped": "no layer of the set is a conv a vendor library computes as is"}
+    if python == "none":
+        return {"skipped": "--vendor-python none"}
+    if not os.path.exists(python) or subprocess.run([python, "-c", "import torch"], capture_output=True).returncode:
+        return {"skipped": f"torch cannot be imported from {python!r} (make torch-env creates .venv-torch)"}
+    _quiet.quiesce()  # the re-measurement's runner processes have exited; their pools must have stopped spinning
+    protocol.enter("timing the vendor library")
+    print(f"torch oneDNN on {len(convs)} layers x {repeats}, alone in its own process", file=sys.stderr, flush=True)
+    argv = [python, os.path.join(HERE, "_vendor_torch.py"), str(threads)]
+    info, timed = _quiet.set_up_and_time(argv, {"convs": convs}, threads, repeats, ROOT)
+    out = {}
+    for name, t in timed.items():
+        s = _report.summarize(t["samples"])
+        out[name] = {
+            "median_ms": 1e3 * s["median"],
+            "spread": s["spread_pct"] / 100,
+            "samples": len(t["samples"]),
+            "library": "torch oneDNN " + info["formats"][name],
+        }
+    return {"layers": out, "torch": info.get("torch"), "threads": info.get("threads")}
+
+
+def registry_flops(layer: str) -> float:
+    from workbench.workloads import registry
+
+    return float(registry().get(layer).flops)
+
+
+def machine_peak(target: dict) -> dict | None:
+    """The FMA peak performance.py measured on a machine of this target (its page's figure, with its date), or
+    None when that page was made for another target: GFLOPS as a share of the roof."""
+    path = os.path.join(RESULTS, "performance.json")
+    try:
+        with open(path) as f:
+            perf = json.load(f)
+        made_for = perf["target"] if isinstance(perf["target"], dict) else json.loads(perf["target"])
+        same = all(made_for.get(k) == target.get(k) for k in ("kind", "mcpu", "num-cores"))
+        if not same or not perf.get("peak", {}).get("fma_gflops_all"):
+            return None
+        return {"fma_gflops": perf["peak"]["fma_gflops_all"], "source": f"performance.json ({perf['date']})"}
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def self_check_kernels(db: str, layers: list, timed: dict) -> tuple[list, dict]:
@@ -873,6 +942,7 @@ def _set_md(res) -> list:
                 )
             L.append(f"| {m} | " + " | ".join(cells) + f" | {_fmt(row.get('wall_time_vs_fixed'), 2)}x |")
         L.append("")
+    L += _headroom_md(res)
     L += [
         "### Trials per arm and phase times (seed 0)",
         "",
@@ -904,6 +974,56 @@ def _set_md(res) -> list:
         "",
     ]
     return L
+
+
+def _headroom_md(res) -> list:
+    """Per layer at the last checkpoint: the best fixed strategy (geomean over seeds) against the vendor library
+    timed in the same report, with both as GFLOPS and share of the machine's FMA peak where it is known."""
+    vendor = res.get("vendor")
+    if not vendor:
+        return []  # a report from before the vendor was timed
+    if "skipped" in vendor:
+        return [f"No vendor figure in this report: {vendor['skipped']}.", ""]
+    k = res["checkpoints"][-1]
+    peak = (res.get("peak") or {}).get("fma_gflops")
+    oracle = res["analysis"].get(f"oracle@{k}") or {}
+    lib = {v["library"] for v in vendor["layers"].values()}
+
+    def perf(layer, ms):
+        if not ms or not (res.get("flops") or {}).get(layer):
+            return "-"
+        g = res["flops"][layer] / ms / 1e6
+        return f"{g:.1f}" + (f" ({100 * g / peak:.0f} %)" if peak else "")
+
+    L = [
+        f"### Headroom at {k} trials: the best fixed strategy against the vendor library",
+        "",
+        f"The vendor: {', '.join(sorted(lib))} (torch {vendor.get('torch')}, {vendor.get('threads')} threads, the "
+        "faster of its NCHW and channels_last formats per layer), timed alone in its own process after the "
+        "re-measurement, median of its samples of >= 100 ms (spread in brackets); not interleaved with the "
+        "programs above, so a drift of the host's speed between the two phases moves the last column (the probe "
+        "readings are above). "
+        + (
+            f"Share of the machine's FMA peak: {peak:.1f} GFLOPS, from {res['peak']['source']}."
+            if peak
+            else "No peak figure for this target."
+        ),
+        "",
+        "| layer | best fixed strategy | its ms | its GFLOPS (% of peak) | vendor ms | vendor GFLOPS (% of peak) | "
+        "best fixed / vendor latency |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for layer in res["layers"]:
+        f = oracle.get(layer)
+        ms = geomean([res["latency_ms"].get(f"{layer}|{s}|{f}|{k}") for s in res["seeds"]]) if f else None
+        v = vendor["layers"].get(layer) or {}
+        vms = v.get("median_ms")
+        L.append(
+            f"| {layer} | {f or '-'} | {_fmt(ms)} | {perf(layer, ms)} | "
+            + (f"{_fmt(vms)} ({100 * v['spread']:.0f}%)" if vms else "-")
+            + f" | {perf(layer, vms)} | {_fmt(ms / vms if ms and vms else None, 2)}x |"
+        )
+    return L + [""]
 
 
 def _self_check_md(res) -> list:

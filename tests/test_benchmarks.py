@@ -1574,6 +1574,88 @@ def test_al_ansor_page_has_a_section_per_report_and_counts_paired_trials(tmp_pat
     assert "| adaptive-paired | +26.3 %; geo 26.3 %; 1/1 |" in md and "geo 5.3 %; 1/1 | 1.00x |" in md
 
 
+class _FakeEnteringProtocol:
+    def __init__(self, events):
+        self.events = events
+
+    def enter(self, name):
+        self.events.append(("enter", name))
+        return {"quiet": True}
+
+
+def test_al_ansor_times_the_vendor_alone_in_torch_s_environment(monkeypatch, tmp_path):
+    import al_ansor
+
+    events = []
+    layers = ["resnet18.conv5_nchw", "resnet18.conv8_nchw"]
+
+    class FakeWorker:
+        def __init__(self, argv, env=None, cwd=None):
+            assert argv[0] == str(tmp_path / "python") and argv[1].endswith("_vendor_torch.py") and argv[2] == "2"
+            assert env["OMP_NUM_THREADS"] == "2"
+            events.append(("start",))
+
+        def call(self, cmd, **kw):
+            events.append((cmd,))
+            if cmd == "setup":
+                assert [c["name"] for c in kw["convs"]] == layers
+                assert kw["convs"][0] == {
+                    "name": "resnet18.conv5_nchw", "ci": 128, "h": 28, "w": 28, "co": 128, "k": 3, "stride": 1,
+                    "pad": 1, "groups": 1,
+                }  # fmt: skip
+                return {"formats": {layers[0]: "nchw", layers[1]: "channels_last"}, "torch": "2.x", "threads": 2}
+            assert kw["repeats"] == 3
+            return {n: {"samples": [3e-3, 1e-3, 2e-3], "wait_fraction": 0.0} for n in layers}
+
+        def close(self):
+            events.append(("close",))
+
+    monkeypatch.setattr(_protocol, "Worker", FakeWorker)
+    monkeypatch.setattr(al_ansor._quiet, "quiesce", lambda *a, **k: events.append(("quiesce",)))
+    protocol = _FakeEnteringProtocol(events)
+    # no torch there: nothing started, the reason kept for the page
+    got = al_ansor.time_vendor(layers, str(tmp_path / "python"), 2, 3, protocol)
+    assert "cannot be imported" in got["skipped"] and events == []
+    assert al_ansor.time_vendor(layers, "none", 2, 3, protocol) == {"skipped": "--vendor-python none"}
+    (tmp_path / "python").write_text("")
+    monkeypatch.setattr(al_ansor.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    got = al_ansor.time_vendor(layers, str(tmp_path / "python"), 2, 3, protocol)
+    assert events == [
+        ("quiesce",),
+        ("enter", "timing the vendor library"),
+        ("start",),
+        ("setup",),
+        ("time",),
+        ("close",),
+    ]
+    assert got["layers"]["resnet18.conv8_nchw"] == {
+        "median_ms": 2.0, "spread": 1.0, "samples": 3, "library": "torch oneDNN channels_last",
+    }  # fmt: skip
+    assert got["torch"] == "2.x" and got["threads"] == 2
+
+
+def test_al_ansor_headroom_table_sets_the_best_fixed_strategy_against_the_vendor(tmp_path):
+    import al_ansor
+
+    res = _al_ansor_result()
+    res["flops"] = {"resnet18.conv2": 231e6}
+    res["peak"] = {"fma_gflops": 231.0, "source": "performance.json (2026-12-05 10:51 UTC)"}
+    res["vendor"] = {
+        "layers": {"resnet18.conv2": {"median_ms": 0.9, "spread": 0.02, "samples": 21, "library": "torch oneDNN nchw"}},
+        "torch": "2.13.0+cpu",
+        "threads": 2,
+    }
+    md = "\n".join(al_ansor._set_md(res))
+    assert "### Headroom at 128 trials" in md and "torch oneDNN nchw (torch 2.13.0+cpu, 2 threads" in md
+    # pre-transformed is the best fixed strategy (1.0 ms = 231 GFLOPS, the peak); the vendor 10 % faster
+    assert "| resnet18.conv2 | pre-transformed | 1.000 | 231.0 (100 %) | 0.900 (2%) | 256.7 (111 %) | 1.11x |" in md
+    res["vendor"], res["peak"] = {"skipped": "--vendor-python none"}, None
+    md = "\n".join(al_ansor._set_md(res))
+    assert "No vendor figure in this report: --vendor-python none." in md and "### Headroom" not in md
+    del res["vendor"]  # a report from before the vendor was timed
+    assert "vendor" not in "\n".join(al_ansor._set_md(res))
+
+
 def test_throughput_page_shows_each_repeat_side_by_side_and_the_workbench_waits(tmp_path):
     import measure_throughput as mt
 
