@@ -116,6 +116,7 @@ VARIANTS = {
     "adaptive-projected": {"controller_policy": "projected-best"},
     "adaptive-halving": {"controller_policy": "halving"},
     "adaptive-warm2": {"controller_warmup_rounds": 2},
+    "adaptive-warm3": {"controller_warmup_rounds": 3},
     "adaptive-no-onehot": {"strategy_onehot": False},
     "adaptive-lam0": {"controller_lam": 0.0},
     "adaptive-uniform": {"controller_policy": "uniform"},
@@ -1077,7 +1078,7 @@ def _write_md(out_dir):
         "",
         "Methods: Ansor with one fixed weight-layout strategy (no-rewrite, transform-stage, pre-transformed) and the "
         "adaptive controller over the three with one shared cost model (`adaptive`: the default arm policy, "
-        "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-warm2`: `optimistic-best` after a warm-up of two rounds per arm (arms in turn) instead of one; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
+        "`optimistic-best`; `adaptive-projected`: `projected-best`, arms compared at equal trials; `adaptive-halving`: successive halving, 16 trials per arm, then the better half at twice as many; `adaptive-warm2` / `adaptive-warm3`: `optimistic-best` after a warm-up of two / three rounds per arm (arms in turn) instead of one; `adaptive-ucb-gain`: the first version's policy; `adaptive-no-onehot`, `adaptive-lam0`, "
         "`adaptive-uniform`, `adaptive-no-cross-seed`, `adaptive-per-strategy-models`: ablations of the design, see workbench/controller.py; "
         "`adaptive-paired`: the default with paired layouts, a round's new best also measured under the other "
         "strategies' layouts and credited to their arms (preset `pair_layouts`; the page's `paired` column counts "
