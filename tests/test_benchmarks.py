@@ -691,6 +691,10 @@ class _FakeProtocol:
     def probe(self, when):
         self.events.append(("probe", when))
 
+    def enter(self, name):
+        self.events.append(("enter", name))
+        return {"quiet": True}
+
 
 def test_performance_times_each_library_alone_one_process_after_another(monkeypatch, tmp_path):
     import performance
@@ -1574,15 +1578,6 @@ def test_al_ansor_page_has_a_section_per_report_and_counts_paired_trials(tmp_pat
     assert "| adaptive-paired | +26.3 %; geo 26.3 %; 1/1 |" in md and "geo 5.3 %; 1/1 | 1.00x |" in md
 
 
-class _FakeEnteringProtocol:
-    def __init__(self, events):
-        self.events = events
-
-    def enter(self, name):
-        self.events.append(("enter", name))
-        return {"quiet": True}
-
-
 def test_al_ansor_times_the_vendor_alone_in_torch_s_environment(monkeypatch, tmp_path):
     import al_ansor
 
@@ -1612,7 +1607,7 @@ def test_al_ansor_times_the_vendor_alone_in_torch_s_environment(monkeypatch, tmp
 
     monkeypatch.setattr(_protocol, "Worker", FakeWorker)
     monkeypatch.setattr(al_ansor._quiet, "quiesce", lambda *a, **k: events.append(("quiesce",)))
-    protocol = _FakeEnteringProtocol(events)
+    protocol = _FakeProtocol(events)
     # no torch there: nothing started, the reason kept for the page
     got = al_ansor.time_vendor(layers, str(tmp_path / "python"), 2, 3, protocol)
     assert "cannot be imported" in got["skipped"] and events == []
