@@ -86,10 +86,15 @@ def _ratio(a, b):
     return None if (a is None or b is None or b == 0) else a / b
 
 
+def publishable_peak(peak: dict) -> float | None:
+    """The FMA peak (GFLOPS, all threads) that shares of peak may be published against: none when the
+    microbenchmark measured less than a kernel achieved (``below_achieved``: a bug in it, not a roof)."""
+    return None if not peak or peak.get("below_achieved") else peak.get("fma_gflops_all")
+
+
 def derive(result: dict) -> dict:
     """Per-workload/budget comparisons and the headline figures, from the raw runs and re-measurements."""
-    # a peak below an achieved figure is a bug in the microbenchmark: no fraction of it is published
-    peak = None if result["peak"].get("below_achieved") else result["peak"]["fma_gflops_all"]
+    peak = publishable_peak(result["peak"])
     rows, heads = [], {}
     for budget in result["budgets"]:
         for w in result["workloads"]:

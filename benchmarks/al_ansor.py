@@ -59,7 +59,6 @@ import json
 import math
 import os
 import random
-import subprocess
 import sys
 import time
 
@@ -380,10 +379,11 @@ def remeasure(entries, repeats, target):
     runner = measure.Runner(target["num-cores"], number=3, repeat=3, min_repeat_ms=50, processes=2)
     strip = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)
     built = {}
+    reg = registry()
     try:
         mods, keys, shapes = [], [], {}
         for key, layer, rec in entries:
-            w = registry().get(layer)
+            w = reg.get(layer)
             sch = space.schedule_from_trace_json(w, rec["trace"])
             mod = strip(sch.mod)
             mods.append(mod)
@@ -552,6 +552,7 @@ def main():
         return
 
     from workbench import tvm_env
+    from workbench.workloads import registry
 
     layers = args.layers.split(",") if args.layers else SETS[args.set]
     seeds = list(range(args.seeds))
@@ -652,6 +653,7 @@ def main():
     print(f"[{time.time() - t0:7.0f}s] re-measuring {len(entries)} programs x {args.repeats}", file=sys.stderr)
     timed = remeasure(list(entries.values()), args.repeats, target)
     vendor = time_vendor(layers, args.vendor_python, threads, args.repeats, protocol)
+    reg = registry()
     kernels, unchecked = self_check_kernels(db, layers, timed)
     checks = []
     if kernels:
@@ -693,7 +695,7 @@ def main():
         "self_check": checks,
         "self_check_skipped": unchecked,
         "vendor": vendor,
-        "flops": {layer: registry_flops(layer) for layer in layers},
+        "flops": {layer: float(reg.get(layer).flops) for layer in layers},
         "peak": machine_peak(target),
         "protocol": protocol.summary(),
     }
@@ -710,7 +712,7 @@ def time_vendor(layers: list, python: str, threads: int, repeats: int, protocol)
     environment, one process alone on the machine after the re-measurement (``_vendor_torch.py``, as
     performance.py times it): how far the machine's vendor library gets on the same convs. Returns {"layers":
     {layer: {"median_ms", "spread", "samples", "library"}}, "torch": version, "threads"}, or {"skipped": why}."""
-    from performance import conv_spec
+    from performance import conv_spec, torch_importable
     from workbench.workloads import registry
 
     reg = registry()
@@ -719,7 +721,7 @@ def time_vendor(layers: list, python: str, threads: int, repeats: int, protocol)
         return {"skipped": "no layer of the set is a conv a vendor library computes as is"}
     if python == "none":
         return {"skipped": "--vendor-python none"}
-    if not os.path.exists(python) or subprocess.run([python, "-c", "import torch"], capture_output=True).returncode:
+    if not torch_importable(python):
         return {"skipped": f"torch cannot be imported from {python!r} (make torch-env creates .venv-torch)"}
     _quiet.quiesce()  # the re-measurement's runner processes have exited; their pools must have stopped spinning
     protocol.enter("timing the vendor library")
@@ -738,12 +740,6 @@ def time_vendor(layers: list, python: str, threads: int, repeats: int, protocol)
     return {"layers": out, "torch": info.get("torch"), "threads": info.get("threads")}
 
 
-def registry_flops(layer: str) -> float:
-    from workbench.workloads import registry
-
-    return float(registry().get(layer).flops)
-
-
 def machine_peak(target: dict) -> dict | None:
     """The FMA peak performance.py measured on a machine of this target (its page's figure, with its date), or
     None when that page was made for another target: GFLOPS as a share of the roof."""
@@ -753,9 +749,10 @@ def machine_peak(target: dict) -> dict | None:
             perf = json.load(f)
         made_for = perf["target"] if isinstance(perf["target"], dict) else json.loads(perf["target"])
         same = all(made_for.get(k) == target.get(k) for k in ("kind", "mcpu", "num-cores"))
-        if not same or not perf.get("peak", {}).get("fma_gflops_all"):
+        peak = _report.publishable_peak(perf.get("peak"))
+        if not same or not peak:
             return None
-        return {"fma_gflops": perf["peak"]["fma_gflops_all"], "source": f"performance.json ({perf['date']})"}
+        return {"fma_gflops": peak, "source": f"performance.json ({perf['date']})"}
     except (OSError, KeyError, ValueError):
         return None
 

@@ -155,6 +155,16 @@ def plain(w) -> bool:
     return not spec.get("epilogue") and p.get("batch", 1) == 1 and p.get("dilation", 1) == 1
 
 
+def torch_importable(python: str | None) -> bool:
+    """Whether ``python`` (torch's own environment, ``.venv-torch``) exists and imports torch: the vendor worker
+    ``_vendor_torch.py`` runs there."""
+    return bool(
+        python
+        and os.path.exists(python)
+        and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
+    )
+
+
 def conv_spec(w) -> dict | None:
     """A workload's conv as torch needs it (NCHW semantics, N=1), or None when it is not a conv or not ``plain``
     (its row then has no vendor figure)."""
@@ -266,12 +276,7 @@ def remeasure(result, out_dir, target, threads, repeats, torch_python, protocol,
     libraries = [(tuner, tvm_argv, {"kernels": ks, "numpy": [], "target": target}) for tuner, ks in by_tuner.items()]
     if numpy_w:
         libraries.append(("numpy/OpenBLAS", tvm_argv, {"kernels": [], "numpy": numpy_w, "target": target}))
-    torch_ok = bool(
-        torch_python
-        and os.path.exists(torch_python)
-        and subprocess.run([torch_python, "-c", "import torch"], capture_output=True).returncode == 0
-    )
-    if torch_ok and convs:
+    if torch_importable(torch_python) and convs:
         libraries.append(
             ("torch", [torch_python, os.path.join(HERE, "_vendor_torch.py"), str(threads)], {"convs": convs})
         )

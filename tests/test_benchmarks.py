@@ -1613,7 +1613,9 @@ def test_al_ansor_times_the_vendor_alone_in_torch_s_environment(monkeypatch, tmp
     assert "cannot be imported" in got["skipped"] and events == []
     assert al_ansor.time_vendor(layers, "none", 2, 3, protocol) == {"skipped": "--vendor-python none"}
     (tmp_path / "python").write_text("")
-    monkeypatch.setattr(al_ansor.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    import performance
+
+    monkeypatch.setattr(performance.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     got = al_ansor.time_vendor(layers, str(tmp_path / "python"), 2, 3, protocol)
     assert events == [
         ("quiesce",),
